@@ -1,0 +1,40 @@
+"""The error tree of the table-format layer.
+
+Every error hoodied raises on bad input derives from ``HoodieServiceError`` and carries a
+one-line message that names the file and the problem, so the CLI can print it as is.
+Errors are split by what the caller should do next: ``retryable`` ones may succeed on a
+later attempt (a lost lock, a flaky store); the rest are fatal for the table until a
+person looks at it.
+"""
+
+from __future__ import annotations
+
+
+class HoodieServiceError(Exception):
+    """Root of every error hoodied raises on purpose."""
+
+    retryable: bool = False
+
+
+class TableNotFoundError(HoodieServiceError):
+    """The path does not exist, or holds no ``.hoodie/hoodie.properties``."""
+
+
+class HoodieFormatError(HoodieServiceError):
+    """A file of the table does not follow the Hudi format (corrupt, truncated, garbage)."""
+
+
+class UnsupportedTableError(HoodieServiceError):
+    """A valid Hudi table (or file) that uses something hoodied does not implement."""
+
+
+class StorageError(HoodieServiceError):
+    """The storage layer failed (permission denied, I/O error)."""
+
+    retryable = True
+
+
+class FileAlreadyExistsError(StorageError):
+    """A write-once create found the file already there."""
+
+    retryable = False

@@ -1,0 +1,235 @@
+"""Storage: the one small interface through which hoodied touches files.
+
+A ``Storage`` is rooted at a table's base path and speaks in relative paths with ``/``
+separators, so models never build absolute paths and object stores can slot in later
+(a new implementation picked by URI scheme in ``storage_for``). Instances pickle, so they
+travel to Spark workers.
+
+Grammar of a relative path: ``segment ("/" segment)*``; the empty string is the root.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import BinaryIO, Protocol, runtime_checkable
+from urllib.parse import unquote, urlparse
+
+from hoodie.errors import FileAlreadyExistsError, StorageError, TableNotFoundError
+
+
+@dataclass(frozen=True, slots=True)
+class FileInfo:
+    """One entry of a listing: ``path`` is relative to the storage root."""
+
+    path: str
+    size: int
+    mtime_ms: int
+    is_dir: bool
+
+    @property
+    def name(self) -> str:
+        return self.path.rsplit("/", 1)[-1]
+
+
+@runtime_checkable
+class Storage(Protocol):
+    """Relative-path file access rooted at a base path."""
+
+    @property
+    def base_uri(self) -> str: ...
+
+    def read(self, path: str) -> bytes: ...
+
+    def read_range(self, path: str, offset: int, length: int) -> bytes: ...
+
+    def open(self, path: str) -> BinaryIO: ...
+
+    def size(self, path: str) -> int: ...
+
+    def exists(self, path: str) -> bool: ...
+
+    def list(self, path: str = "") -> list[FileInfo]: ...
+
+    def walk(self, path: str = "") -> Iterator[FileInfo]: ...
+
+    def put_if_absent(self, path: str, data: bytes) -> None: ...
+
+    def put(self, path: str, data: bytes) -> None: ...
+
+    def delete(self, path: str) -> bool: ...
+
+    def child(self, path: str) -> Storage: ...
+
+    def local_path(self, path: str = "") -> str | None: ...
+
+
+def _join(root: str, path: str) -> str:
+    if not path:
+        return root
+    if path.startswith("/") or ".." in path.split("/"):
+        raise StorageError(f"{path}: not a relative path inside the table")
+    return os.path.join(root, *path.split("/"))
+
+
+class LocalStorage:
+    """``Storage`` on a local (or mounted) file system."""
+
+    def __init__(self, root: str) -> None:
+        self._root = os.path.abspath(root)
+
+    def __getstate__(self) -> dict[str, str]:
+        return {"root": self._root}
+
+    def __setstate__(self, state: dict[str, str]) -> None:
+        self._root = state["root"]
+
+    def __repr__(self) -> str:
+        return f"LocalStorage({self._root!r})"
+
+    @property
+    def base_uri(self) -> str:
+        return self._root
+
+    def local_path(self, path: str = "") -> str | None:
+        return _join(self._root, path)
+
+    def child(self, path: str) -> LocalStorage:
+        return LocalStorage(_join(self._root, path))
+
+    def _errors(self, path: str, exc: OSError) -> StorageError:
+        if isinstance(exc, FileNotFoundError):
+            return StorageError(f"{_join(self._root, path)}: file not found")
+        if isinstance(exc, PermissionError):
+            return StorageError(f"{_join(self._root, path)}: permission denied")
+        return StorageError(f"{_join(self._root, path)}: {exc.strerror or exc}")
+
+    def read(self, path: str) -> bytes:
+        try:
+            with open(_join(self._root, path), "rb") as f:
+                return f.read()
+        except OSError as exc:
+            raise self._errors(path, exc) from exc
+
+    def read_range(self, path: str, offset: int, length: int) -> bytes:
+        try:
+            with open(_join(self._root, path), "rb") as f:
+                f.seek(offset)
+                return f.read(length)
+        except OSError as exc:
+            raise self._errors(path, exc) from exc
+
+    def open(self, path: str) -> BinaryIO:
+        try:
+            return open(_join(self._root, path), "rb")
+        except OSError as exc:
+            raise self._errors(path, exc) from exc
+
+    def size(self, path: str) -> int:
+        try:
+            return os.stat(_join(self._root, path)).st_size
+        except OSError as exc:
+            raise self._errors(path, exc) from exc
+
+    def exists(self, path: str) -> bool:
+        return os.path.exists(_join(self._root, path))
+
+    def list(self, path: str = "") -> list[FileInfo]:
+        """Entries directly under ``path``; an absent folder lists as empty."""
+        full = _join(self._root, path)
+        prefix = f"{path}/" if path else ""
+        out: list[FileInfo] = []
+        try:
+            with os.scandir(full) as it:
+                for entry in it:
+                    st = entry.stat()
+                    out.append(
+                        FileInfo(prefix + entry.name, st.st_size, st.st_mtime_ns // 1_000_000, entry.is_dir())
+                    )
+        except FileNotFoundError:
+            return []
+        except NotADirectoryError:
+            return []
+        except OSError as exc:
+            raise self._errors(path, exc) from exc
+        return out
+
+    def walk(self, path: str = "") -> Iterator[FileInfo]:
+        """Every file (not folder) below ``path``, depth first."""
+        for info in self.list(path):
+            if info.is_dir:
+                yield from self.walk(info.path)
+            else:
+                yield info
+
+    def put_if_absent(self, path: str, data: bytes) -> None:
+        """Write-once create: a temp file, then an atomic no-replace link into place."""
+        target = _join(self._root, path)
+        parent = os.path.dirname(target)
+        tmp = os.path.join(parent, f".{os.path.basename(target)}.{uuid.uuid4().hex}.tmp")
+        try:
+            os.makedirs(parent, exist_ok=True)
+            with open(tmp, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            try:
+                os.link(tmp, target)
+            except FileExistsError as exc:
+                raise FileAlreadyExistsError(f"{target}: already exists") from exc
+        except FileAlreadyExistsError:
+            raise
+        except OSError as exc:
+            if exc.errno == errno.EEXIST:
+                raise FileAlreadyExistsError(f"{target}: already exists") from exc
+            raise self._errors(path, exc) from exc
+        finally:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+
+    def put(self, path: str, data: bytes) -> None:
+        """Atomic create-or-replace (temp file + rename); for files Hudi itself overwrites."""
+        target = _join(self._root, path)
+        parent = os.path.dirname(target)
+        tmp = os.path.join(parent, f".{os.path.basename(target)}.{uuid.uuid4().hex}.tmp")
+        try:
+            os.makedirs(parent, exist_ok=True)
+            with open(tmp, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, target)
+        except OSError as exc:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise self._errors(path, exc) from exc
+
+    def delete(self, path: str) -> bool:
+        """Delete a file; ``False`` when it was already gone."""
+        try:
+            os.unlink(_join(self._root, path))
+            return True
+        except FileNotFoundError:
+            return False
+        except OSError as exc:
+            raise self._errors(path, exc) from exc
+
+
+def storage_for(uri: str) -> Storage:
+    """The storage for a table URI: a local path or a ``file://`` URI for now."""
+    parsed = urlparse(uri)
+    if parsed.scheme in ("", "file"):
+        path = unquote(parsed.path) if parsed.scheme == "file" else uri
+        if not os.path.exists(path):
+            raise TableNotFoundError(f"{path}: no such path")
+        if not os.path.isdir(path):
+            raise TableNotFoundError(f"{path}: not a folder")
+        return LocalStorage(path)
+    raise StorageError(f"{uri}: storage scheme {parsed.scheme!r} is not supported yet (local paths and file://)")

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Installs everything the test suite needs and runs all of it: lint, layer contract, tests.
+# Works on a fresh Debian/Ubuntu machine: system packages come from apt-get when missing,
+# Python packages go into ./.venv. Extra arguments are passed to pytest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need_apt=()
+command -v python3 >/dev/null || need_apt+=(python3)
+python3 -c 'import venv, ensurepip' 2>/dev/null || need_apt+=(python3-venv)
+if [ ${#need_apt[@]} -gt 0 ]; then
+  if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
+  $SUDO apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q "${need_apt[@]}"
+fi
+
+if [ ! -x .venv/bin/python ]; then
+  python3 -m venv .venv
+fi
+.venv/bin/python -m pip install -q --upgrade pip
+.venv/bin/python -m pip install -q -e '.[test]'
+
+echo "== ruff"
+.venv/bin/ruff check hoodie planners executors service tests bench
+echo "== import layers"
+.venv/bin/lint-imports
+echo "== pytest"
+exec .venv/bin/python -m pytest "$@"
