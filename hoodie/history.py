@@ -182,9 +182,7 @@ class History:
             table.column("completionTime").to_pylist() if "completionTime" in cols else [None] * len(times)
         )
         actions = table.column("action").to_pylist()
-        has_plan = (
-            table.column("plan").is_valid().to_pylist() if "plan" in cols else [False] * len(times)
-        )
+        has_plan = table.column("plan").is_valid().to_pylist() if "plan" in cols else [False] * len(times)
         meta_col: pa.ChunkedArray | None = None  # read only if the file holds replacecommits
         out: list[HistoryEntry] = []
         for row, (t, c, a, planned) in enumerate(zip(times, completions, actions, has_plan, strict=True)):
@@ -201,8 +199,10 @@ class History:
             elif action is Action.REPLACE_COMMIT:
                 if meta_col is None:
                     meta_table = _read_parquet(storage, file_path, ("metadata",))
-                    meta_col = meta_table.column("metadata") if meta_table.num_columns else pa.chunked_array(
-                        [pa.nulls(len(times), pa.binary())]
+                    meta_col = (
+                        meta_table.column("metadata")
+                        if meta_table.num_columns
+                        else pa.chunked_array([pa.nulls(len(times), pa.binary())])
                     )
                 if _is_clustering(meta_col[row].as_py(), f"{file_path} row {row}"):
                     action = Action.CLUSTERING

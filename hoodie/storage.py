@@ -232,4 +232,6 @@ def storage_for(uri: str) -> Storage:
         if not os.path.isdir(path):
             raise TableNotFoundError(f"{path}: not a folder")
         return LocalStorage(path)
-    raise StorageError(f"{uri}: storage scheme {parsed.scheme!r} is not supported yet (local paths and file://)")
+    raise StorageError(
+        f"{uri}: storage scheme {parsed.scheme!r} is not supported yet (local paths and file://)"
+    )

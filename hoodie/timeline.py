@@ -392,4 +392,3 @@ def decode_metadata(data: bytes, where: str) -> dict[str, Any]:
             raise HoodieFormatError(f"{where}: JSON commit metadata is not an object")
         return doc
     raise HoodieFormatError(f"{where}: neither Avro nor JSON commit metadata (starts with {data[:8]!r})")
-
