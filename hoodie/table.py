@@ -83,7 +83,7 @@ class HoodieTable:
         """``{partition: [(file name, size), ...]}`` from the chosen listing source."""
         if listing not in _LISTINGS:
             raise ValueError(f"listing must be one of {', '.join(_LISTINGS)}, not {listing!r}")
-        if listing == "storage" or (listing == "auto" and not self._use_metadata()):
+        if listing == "storage" or (listing == "auto" and not self.uses_metadata_listing()):
             return list_storage(self.storage, self.config)
         try:
             mdt = self.metadata
@@ -98,7 +98,8 @@ class HoodieTable:
             return list_storage(self.storage, self.config)
         return {p: sorted(files.items()) for p, files in mdt.all_files().items()}
 
-    def _use_metadata(self) -> bool:
+    def uses_metadata_listing(self) -> bool:
+        """Whether ``listing="auto"`` lists from the metadata table (v8+ with ``files``, as hudi-rs)."""
         return self.config.version >= 8 and self.config.metadata_table_available
 
     def file_system_view(

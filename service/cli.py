@@ -73,8 +73,10 @@ class _Group(click.Group):
         except HoodieServiceError as exc:
             _fail(exc, bool(ctx.obj and ctx.obj.get("debug")))
         except OSError as exc:
-            _fail(StorageError(f"{exc.filename or ''}: {exc.strerror or exc}".lstrip(": ")),
-                  bool(ctx.obj and ctx.obj.get("debug")))
+            _fail(
+                StorageError(f"{exc.filename or ''}: {exc.strerror or exc}".lstrip(": ")),
+                bool(ctx.obj and ctx.obj.get("debug")),
+            )
 
 
 @click.group(cls=_Group, epilog=EPILOG, context_settings={"help_option_names": ["-h", "--help"]})
@@ -102,10 +104,10 @@ def _echo_json(value: Any) -> None:
     click.echo(json.dumps(value, indent=2, sort_keys=False, default=str))
 
 
-def _open(table: str) -> Any:
+def _open(table: str, *, include_history: bool = False) -> Any:
     from hoodie.table import HoodieTable
 
-    return HoodieTable.open(table)
+    return HoodieTable.open(table, include_history=include_history)
 
 
 @cli.command()
@@ -117,8 +119,7 @@ def timeline(table: str, as_json: bool, history: bool) -> None:
     for pending table services, a summary of the plan."""
     from service.report import timeline_rows
 
-    t = _open(table)
-    rows = timeline_rows(t, include_history=history)
+    rows = timeline_rows(_open(table, include_history=history))
     if as_json:
         _echo_json(rows)
         return
@@ -158,10 +159,14 @@ def inspect(table: str, as_json: bool) -> None:
     help="Where the file listing comes from: the metadata table when the table has one (auto), "
     "always storage, or always the metadata table.",
 )
-@click.option("--skip-corrupt-blocks", is_flag=True,
-              help="Skip corrupt log blocks as Apache Hudi's reader does, instead of failing.")
-def read(table: str, output: str, as_of: str | None, read_optimized: bool, listing: str,
-         skip_corrupt_blocks: bool) -> None:
+@click.option(
+    "--skip-corrupt-blocks",
+    is_flag=True,
+    help="Skip corrupt log blocks as Apache Hudi's reader does, instead of failing.",
+)
+def read(
+    table: str, output: str, as_of: str | None, read_optimized: bool, listing: str, skip_corrupt_blocks: bool
+) -> None:
     """Write the snapshot of TABLE (with the Hudi meta columns) to a parquet file."""
     from service.report import write_snapshot
 
@@ -170,7 +175,7 @@ def read(table: str, output: str, as_of: str | None, read_optimized: bool, listi
         output,
         as_of=as_of,
         read_optimized=read_optimized,
-        listing=listing,
+        listing=listing,  # type: ignore[arg-type]
         skip_corrupt_blocks=skip_corrupt_blocks,
         progress=sys.stderr.isatty(),
     )
@@ -179,15 +184,22 @@ def read(table: str, output: str, as_of: str | None, read_optimized: bool, listi
 
 @cli.command()
 @click.argument("path", type=click.Path(file_okay=False))
-def demo(path: str) -> None:
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+def demo(path: str, as_json: bool) -> None:
     """Create a small real Hudi table at PATH (merge-on-read, table version 9, with updates
-    and deletes in log files) to try the other commands on."""
+    and deletes in log files) to try the other commands on. PATH must not exist yet."""
     from hoodie.demo import create_demo_table
 
     summary = create_demo_table(path)
-    click.echo(summary if isinstance(summary, str) else json.dumps(summary, default=str))
+    if as_json:
+        _echo_json(summary)
+        return
+    click.echo(
+        f"created {summary['table_type']} table (version {summary['table_version']}) at {summary['path']}: "
+        f"{len(summary['partitions'])} partitions, {len(summary['instants'])} delta commits, "
+        f"{summary['rows']} rows in {summary['base_files']} base files and {summary['log_files']} log files"
+    )
 
 
 def main(argv: list[str] | None = None) -> None:
     cli.main(args=argv, prog_name="hoodied")
-

@@ -6,36 +6,31 @@ same data serves ``--json`` and the human-readable text.
 
 from __future__ import annotations
 
+import contextlib
+import os
+import sys
+import tempfile
 from collections import Counter
 from typing import Any
 
-from hoodie.instant import Action, Instant
+import click
+import pyarrow.parquet as pq
+
+from hoodie.filenames import BaseFileName, LogFileName
+from hoodie.instant import Instant
+from hoodie.metadata import ListingDrift, listing_drift
+from hoodie.table import HoodieTable, Listing
+from hoodie.timeline import Timeline
 
 
-def _plan_summary(table: Any, instant: Instant) -> str | None:
-    from hoodie.plans import decode_plan
-
-    if instant.action not in (
-        Action.COMPACTION,
-        Action.LOG_COMPACTION,
-        Action.CLUSTERING,
-        Action.REPLACE_COMMIT,
-        Action.CLEAN,
-        Action.ROLLBACK,
-        Action.INDEXING,
-        Action.RESTORE,
-    ):
-        return None
-    raw = table.timeline.read_plan(instant)
-    if raw is None:
-        return None
-    plan = decode_plan(instant, raw)
+def _plan_summary(timeline: Timeline, instant: Instant) -> str | None:
+    plan = timeline.plan(instant)
     return plan.summary() if plan is not None else None
 
 
-def timeline_rows(table: Any, *, include_history: bool = False) -> list[dict[str, Any]]:
+def timeline_rows(table: HoodieTable) -> list[dict[str, Any]]:
     """One row per instant, oldest first; pending table services carry their plan summary."""
-    timeline = table.load_timeline(include_history=True) if include_history else table.timeline
+    timeline = table.timeline
     rows: list[dict[str, Any]] = []
     for instant in timeline.instants:
         row: dict[str, Any] = {
@@ -45,15 +40,16 @@ def timeline_rows(table: Any, *, include_history: bool = False) -> list[dict[str
             "state": instant.state.value,
         }
         if instant.is_pending:
-            row["plan"] = _plan_summary(table, instant)
+            row["plan"] = _plan_summary(timeline, instant)
         rows.append(row)
     return rows
 
 
-def inspect_table(table: Any) -> dict[str, Any]:
+def inspect_table(table: HoodieTable) -> dict[str, Any]:
     """The facts ``hoodied inspect`` shows, as plain data."""
     cfg = table.config
-    view = table.file_system_view()
+    listing = "metadata" if table.uses_metadata_listing() else "storage"
+    view = table.file_system_view(listing=listing)
     slices = list(view.latest_slices())
     groups = list(view.file_groups())
     partitions = sorted({s.partition for s in slices})
@@ -64,7 +60,7 @@ def inspect_table(table: Any) -> dict[str, Any]:
             "action": instant.action.value,
             "state": instant.state.value,
         }
-        summary = _plan_summary(table, instant)
+        summary = _plan_summary(table.timeline, instant)
         if summary:
             entry["plan"] = summary
         pending.append(entry)
@@ -94,7 +90,7 @@ def inspect_table(table: Any) -> dict[str, Any]:
             "actions": dict(Counter(i.action.value for i in completed)),
         },
         "files": {
-            "listing": view.listing,
+            "listing": listing,
             "partitions": len(partitions),
             "file_groups": len(groups),
             "file_slices": sum(len(g.slices) for g in groups),
@@ -109,7 +105,7 @@ def inspect_table(table: Any) -> dict[str, Any]:
     return report
 
 
-def _metadata_report(table: Any) -> dict[str, Any]:
+def _metadata_report(table: HoodieTable) -> dict[str, Any]:
     cfg = table.config
     if not cfg.metadata_partitions:
         return {"enabled": False}
@@ -119,9 +115,49 @@ def _metadata_report(table: Any) -> dict[str, Any]:
         "partitions_inflight": list(cfg.metadata_partitions_inflight),
     }
     if cfg.metadata_table_available:
-        drift = table.listing_drift()
-        out["drift"] = drift.to_dict()
+        drift = committed_listing_drift(table)
+        out["drift"] = {
+            "total": drift.count,
+            "summary": drift.summary() if drift else "none",
+            "partitions": [
+                {
+                    "partition": p.partition,
+                    "missing_in_metadata": list(p.missing_in_mdt),
+                    "missing_in_storage": list(p.missing_in_storage),
+                    "size_mismatch": [list(m) for m in p.size_mismatch],
+                }
+                for p in drift.partitions
+            ],
+        }
     return out
+
+
+def committed_listing_drift(table: HoodieTable) -> ListingDrift:
+    """MDT ``files`` listing vs the committed files found on storage.
+
+    Storage also holds files of writes that never completed (or are still running); the
+    metadata table only ever records committed ones, so those are left out of the storage
+    side before comparing.
+    """
+    commits = table.commit_state()
+    storage_side: dict[str, list[tuple[str, int]]] = {}
+    for partition, files in table.list_files("storage").items():
+        kept = [
+            (name, size)
+            for name, size in files
+            if _file_instant(name) is None or commits.is_committed(_file_instant(name) or "")
+        ]
+        if kept:
+            storage_side[partition] = kept
+    return listing_drift(storage_side, table.list_files("metadata"))
+
+
+def _file_instant(name: str) -> str | None:
+    base = BaseFileName.parse(name)
+    if base is not None:
+        return base.instant_time
+    log = LogFileName.parse(name)
+    return log.instant_time if log is not None else None
 
 
 def render_inspect(report: dict[str, Any]) -> str:
@@ -161,20 +197,43 @@ def render_inspect(report: dict[str, Any]) -> str:
 
 
 def write_snapshot(
-    table: Any,
+    table: HoodieTable,
     output: str,
     *,
     as_of: str | None,
     read_optimized: bool,
-    listing: str,
+    listing: Listing,
     skip_corrupt_blocks: bool,
     progress: bool,
 ) -> dict[str, Any]:
-    return table.to_parquet(
-        output,
-        as_of=as_of,
-        read_optimized=read_optimized,
-        listing=listing,
-        skip_corrupt_blocks=skip_corrupt_blocks,
-        progress=progress,
-    )
+    """Write the snapshot to ``output`` atomically: a temp file beside it, renamed when complete.
+
+    A failure part-way (a corrupt block in the last slice) leaves no output file behind.
+    """
+    view = table.file_system_view(as_of, listing)
+    slices = list(view.read_slices())
+    schema = table.schema()
+    folder = os.path.dirname(os.path.abspath(output))
+    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(output)}.", suffix=".tmp", dir=folder)
+    os.close(fd)
+    rows = 0
+    try:
+        with pq.ParquetWriter(tmp, schema) as writer, _progress(slices, progress) as bar:
+            for file_slice in bar:
+                for batch in table.read_slices(
+                    [file_slice], as_of, read_optimized, skip_corrupt=skip_corrupt_blocks
+                ):
+                    writer.write_batch(batch)
+                    rows += batch.num_rows
+        os.replace(tmp, output)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    return {"rows": rows, "file_slices": len(slices)}
+
+
+def _progress(items: list[Any], enabled: bool) -> Any:
+    if enabled:
+        return click.progressbar(items, label="reading file slices", file=sys.stderr, show_pos=True)
+    return contextlib.nullcontext(items)

@@ -1,0 +1,179 @@
+"""Service commands of ``hoodied`` (to be registered on the main group by ``service.cli``).
+
+``rollback TABLE --instant T``: roll back a failed attempt of a pending table service
+(compaction, log compaction, clustering) exactly as Apache Hudi does before it retries one:
+a rollback instant whose plan deletes the attempt's files, then the service's inflight file
+goes and the service can be re-executed from its unchanged plan. A live attempt (heartbeat
+not expired) is refused unless ``--force``. Tables with a metadata table are refused until
+hoodied can write the metadata table: deleting data files without the matching
+metadata-table commit would corrupt what readers see.
+
+The lock options are shared by every command that writes the timeline: ``--lock local``
+(a file lock under ``.hoodie/.locks``, one host) or ``--lock redis://HOST:PORT/DB``.
+Apache Hudi writers running beside hoodied must use the same lock for plans and completions
+to be serialized with theirs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+from executors.rollback import RollbackResult, execute_rollback
+from hoodie.errors import InstantStateError, UnsupportedTableError
+from hoodie.heartbeat import (
+    DEFAULT_INTERVAL_MS,
+    DEFAULT_TOLERABLE_MISSES,
+    is_heartbeat_expired,
+    last_heartbeat_ms,
+)
+from hoodie.instant import State, require_instant_time
+from hoodie.locks import LockSettings, TableLock
+from hoodie.properties import load_table_config
+from hoodie.storage import Storage, storage_for
+from hoodie.timeline import Timeline
+from hoodie.timeline_writer import TimelineWriter
+from hoodie.truetime import TimeSettings
+from planners.rollback import is_table_service, pending_rollback_for, schedule_rollback
+from service.locks import lock_from_option
+
+__all__ = ["lock_options", "rollback", "rollback_failed_attempt", "COMMANDS"]
+
+
+def refuse_metadata_table(storage: Storage, what: str) -> None:
+    config = load_table_config(storage)
+    if config.metadata_table_available:
+        raise UnsupportedTableError(
+            f"{storage.base_uri}: the table has a metadata table; {what} needs the metadata-table writer, "
+            "which hoodied does not have yet (nothing was changed)"
+        )
+
+
+def rollback_failed_attempt(
+    storage: Storage,
+    instant_time: str,
+    lock: TableLock,
+    *,
+    force: bool = False,
+    heartbeat_interval_ms: int = DEFAULT_INTERVAL_MS,
+    tolerable_misses: int = DEFAULT_TOLERABLE_MISSES,
+    time_settings: TimeSettings | None = None,
+) -> RollbackResult | None:
+    """Roll back the failed attempt of the pending table service ``instant_time``.
+
+    ``None`` when there is nothing to roll back (the service is only requested and no
+    rollback of it is pending).
+    """
+    refuse_metadata_table(storage, "rollback")
+    config = load_table_config(storage)
+    with lock:
+        timeline = Timeline.load(storage, config)
+        target = timeline.get(instant_time)
+        if target is None:
+            raise InstantStateError(f"{storage.base_uri}: no instant {instant_time} on the active timeline")
+        if target.is_completed:
+            raise InstantStateError(f"{instant_time}: {target.action.value} is completed, nothing to undo")
+        if not is_table_service(timeline, target):
+            raise UnsupportedTableError(
+                f"{instant_time}: {target.action.value} is a regular write, not a table service; "
+                "hoodied rolls back failed table-service attempts only"
+            )
+        pending = pending_rollback_for(timeline, instant_time)
+        if target.state is State.REQUESTED and pending is None:
+            return None
+        expired = is_heartbeat_expired(
+            storage, instant_time, interval_ms=heartbeat_interval_ms, tolerable_misses=tolerable_misses
+        )
+        if not expired and not force:
+            raise InstantStateError(
+                f"{instant_time}: {target.action.value} has a live heartbeat (last beat at "
+                f"{last_heartbeat_ms(storage, instant_time)} ms since the epoch); another executor is "
+                "working on it (use --force only if you know it is dead)"
+            )
+        writer = TimelineWriter(storage, config, lock, time_settings=time_settings)
+        rollback_instant = schedule_rollback(writer, timeline, target)
+        return execute_rollback(writer, rollback_instant.requested_time)
+
+
+def lock_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``--lock``, ``--lock-wait-ms``, ``--lock-retries``, ``--clock-skew-ms`` for timeline writers."""
+    options = [
+        click.option(
+            "--lock",
+            "lock_option",
+            default="local",
+            show_default=True,
+            help="Table lock: 'local' (file lock in .hoodie/.locks) or redis://HOST:PORT/DB.",
+        ),
+        click.option(
+            "--lock-wait-ms",
+            default=60_000,
+            show_default=True,
+            type=click.IntRange(min=0),
+            help="How long one attempt waits for the lock.",
+        ),
+        click.option(
+            "--lock-retries",
+            default=3,
+            show_default=True,
+            type=click.IntRange(min=0),
+            help="Further attempts when the lock is busy or the lock service is unreachable.",
+        ),
+        click.option(
+            "--clock-skew-ms",
+            default=200,
+            show_default=True,
+            type=click.IntRange(min=0),
+            help="hoodie.time.generator.max_expected_clock_skew_ms of the table's writers.",
+        ),
+    ]
+    for option in reversed(options):
+        fn = option(fn)
+    return fn
+
+
+@click.command()
+@click.argument("table")
+@click.option("--instant", "instant_time", required=True, help="Requested time of the failed table service.")
+@click.option("--force", is_flag=True, help="Roll back even when its heartbeat is still alive.")
+@lock_options
+def rollback(
+    table: str,
+    instant_time: str,
+    force: bool,
+    lock_option: str,
+    lock_wait_ms: int,
+    lock_retries: int,
+    clock_skew_ms: int,
+) -> None:
+    """Roll back a failed compaction, log compaction or clustering attempt, as Hudi does before a retry."""
+    require_instant_time(instant_time)
+    storage = storage_for(table)
+    settings = LockSettings(wait_ms=lock_wait_ms, retries=lock_retries)
+    lock, factory = lock_from_option(lock_option, storage, settings)
+    try:
+        result = rollback_failed_attempt(
+            storage,
+            instant_time,
+            lock,
+            force=force,
+            time_settings=TimeSettings(max_expected_clock_skew_ms=clock_skew_ms),
+        )
+    finally:
+        if factory is not None:
+            factory.close()
+    if result is None:
+        click.echo(f"{instant_time}: only requested, nothing to roll back")
+        return
+    gone = f" ({len(result.already_gone)} already gone)" if result.already_gone else ""
+    click.echo(
+        f"rolled back {result.target_action} {result.target_time} with rollback "
+        f"{result.rollback.requested_time}: {len(result.deleted)} files deleted{gone}; "
+        f"{result.target_action} {result.target_time} is requested again"
+    )
+
+
+#: Commands for ``service.cli`` to add to its group.
+COMMANDS = [rollback]
