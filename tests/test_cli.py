@@ -234,7 +234,6 @@ def test_kryo_delete_block_is_unsupported(hudi_table, tmp_path: Path) -> None:
     data = bytearray(log.read_bytes())
     # Replace the delete block with one whose content says version 2 (Kryo-serialised keys).
     from hoodie.logfile import read_log_blocks
-
     from hoodie.storage import LocalStorage
 
     storage = LocalStorage(str(table))
