@@ -110,7 +110,7 @@ def _open(table: str, *, include_history: bool = False) -> Any:
     return HoodieTable.open(table, include_history=include_history)
 
 
-@cli.command()
+@cli.command(short_help="List the instants of a table, with plans of pending services.")
 @click.argument("table")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 @click.option("--history", is_flag=True, help="Also list completed instants from the LSM history.")
@@ -131,7 +131,7 @@ def timeline(table: str, as_json: bool, history: bool) -> None:
         )
 
 
-@cli.command()
+@cli.command(short_help="Describe a table: config, files, pending services, metadata table.")
 @click.argument("table")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
 def inspect(table: str, as_json: bool) -> None:
@@ -146,7 +146,7 @@ def inspect(table: str, as_json: bool) -> None:
         click.echo(render_inspect(report))
 
 
-@cli.command()
+@cli.command(short_help="Export a table's snapshot (or an older one) to a parquet file.")
 @click.argument("table")
 @click.option("--output", "-o", required=True, type=click.Path(dir_okay=False), help="Parquet file to write.")
 @click.option("--as-of", "as_of", default=None, help="Time travel: the snapshot as of this instant time.")
@@ -182,7 +182,7 @@ def read(
     click.echo(f"wrote {summary['rows']} rows from {summary['file_slices']} file slices to {output}")
 
 
-@cli.command()
+@cli.command(short_help="Create a small demo Hudi table to try the other commands on.")
 @click.argument("path", type=click.Path(file_okay=False))
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 def demo(path: str, as_json: bool) -> None:
