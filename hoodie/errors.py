@@ -38,3 +38,40 @@ class FileAlreadyExistsError(StorageError):
     """A write-once create found the file already there."""
 
     retryable = False
+
+
+class LockError(HoodieServiceError):
+    """The table lock could not be had or kept; nothing was written after the problem was seen."""
+
+    retryable = True
+
+
+class LockUnavailableError(LockError):
+    """The table lock could not be acquired within the configured wait and retries.
+
+    Next step: try again later (another writer holds the lock, or the lock service is down).
+    """
+
+
+class LockLostError(LockError):
+    """The holder no longer owns the table lock (lease expired, lock taken over or never held).
+
+    Next step: stop writing, reload the timeline and re-plan; the instant stays where it was
+    and the next owner recovers it.
+    """
+
+
+class ClockSkewError(HoodieServiceError):
+    """This host's clock is behind the table's timeline by more than hoodied will wait for.
+
+    Next step: fix the host clock (NTP) or the table timezone setting.
+    """
+
+    retryable = True
+
+
+class InstantStateError(HoodieServiceError):
+    """A timeline transition was asked of an instant that is not in the state it needs.
+
+    Next step: reload the timeline; another writer may have moved or rolled back the instant.
+    """
