@@ -375,8 +375,10 @@ class CommitState:
     """Which instants count as committed writes, and the pending table services (computed once).
 
     Committed: completed write instants (commit, deltacommit, replacecommit, compaction, log
-    compaction, clustering) that no rollback / restore undid, plus instants older than the
-    first write instant on the timeline (archived).
+    compaction, clustering), plus instants older than the first write instant on the timeline
+    (archived) that no rollback / restore undid. A completed instant counts even when a
+    rollback names it: Hudi deletes the timeline files of what it rolls back, and a table
+    service retried after the rollback of a failed attempt completes under the same instant.
     """
 
     def __init__(self, timeline: Timeline, config: TableConfig) -> None:
@@ -387,7 +389,7 @@ class CommitState:
         self._completed: dict[str, str] = {
             i.requested_time: i.completion_time or i.requested_time
             for i in writes
-            if i.is_completed and i.requested_time not in rolled_back
+            if i.is_completed
         }
         self._pending_writes = {i.requested_time for i in writes if i.is_pending} - rolled_back
         self._pending_compactions = {

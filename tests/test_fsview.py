@@ -240,3 +240,33 @@ def test_v6_pending_compaction_splits_slices(hudi_table: Any) -> None:
     assert merged is not None and merged.base_file == fs.base_file and len(merged.log_files) == 2
     fares = {r["rider"]: r["fare"] for r in table.to_arrow().to_pylist()}
     assert fares["rider-D"] == 11.0
+
+
+def test_completed_instant_named_by_an_earlier_rollback_still_counts(hudi_table) -> None:
+    """A table service retried after the rollback of its failed attempt completes under the
+    same instant time: the completed instant is committed although a rollback names it."""
+    from hoodie.avro import write_single_record
+    from hoodie.fsview import CommitState
+    from hoodie.table import HoodieTable
+
+    path = hudi_table("mor/avro/v8_trips_8i3u1d")
+    compaction = "20251220210129235"
+    rollback = "20251220210129300"
+    metadata = {
+        "startRollbackTime": rollback,
+        "timeTakenInMillis": 5,
+        "totalFilesDeleted": 0,
+        "commitsRollback": [compaction],
+        "partitionMetadata": {},
+        "version": 1,
+        "instantsRollback": [{"commitTime": compaction, "action": "compaction"}],
+    }
+    timeline = path / ".hoodie" / "timeline"
+    (timeline / f"{rollback}.rollback.inflight").write_bytes(b"")
+    (timeline / f"{rollback}_20251220210129400.rollback").write_bytes(
+        write_single_record(metadata, "HoodieRollbackMetadata")
+    )
+    table = HoodieTable.open(str(path))
+    assert compaction in table.timeline.rolled_back_instants()
+    assert CommitState(table.timeline, table.config).is_committed(compaction)
+    assert table.to_arrow().num_rows == 6
