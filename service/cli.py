@@ -201,5 +201,15 @@ def demo(path: str, as_json: bool) -> None:
     )
 
 
+def _register_service_commands() -> None:
+    from service.cli_services import COMMANDS
+
+    for command in COMMANDS:
+        cli.add_command(command)
+
+
+_register_service_commands()
+
+
 def main(argv: list[str] | None = None) -> None:
     cli.main(args=argv, prog_name="hoodied")

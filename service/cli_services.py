@@ -8,6 +8,10 @@ not expired) is refused unless ``--force``. Tables with a metadata table are ref
 hoodied can write the metadata table: deleting data files without the matching
 metadata-table commit would corrupt what readers see.
 
+``schedule clean TABLE``: plan a clean (``planners.clean``) under the table lock and write
+``<T>.clean.requested``; prints the new instant and a summary, or why nothing is due. A
+pending clean blocks a new plan, so concurrent schedulers produce exactly one.
+
 The lock options are shared by every command that writes the timeline: ``--lock local``
 (a file lock under ``.hoodie/.locks``, one host) or ``--lock redis://HOST:PORT/DB``.
 Apache Hudi writers running beside hoodied must use the same lock for plans and completions
@@ -23,23 +27,25 @@ import click
 
 from executors.rollback import RollbackResult, execute_rollback
 from hoodie.errors import InstantStateError, UnsupportedTableError
+from hoodie.fsview import list_storage
 from hoodie.heartbeat import (
     DEFAULT_INTERVAL_MS,
     DEFAULT_TOLERABLE_MISSES,
     is_heartbeat_expired,
     last_heartbeat_ms,
 )
-from hoodie.instant import State, require_instant_time
+from hoodie.instant import Action, Instant, State, require_instant_time
 from hoodie.locks import LockSettings, TableLock
 from hoodie.properties import load_table_config
 from hoodie.storage import Storage, storage_for
 from hoodie.timeline import Timeline
 from hoodie.timeline_writer import TimelineWriter
 from hoodie.truetime import TimeSettings
+from planners.clean import CleanPlanResult, CleanPolicy, CleanSettings, plan_clean
 from planners.rollback import is_table_service, pending_rollback_for, schedule_rollback
 from service.locks import lock_from_option
 
-__all__ = ["lock_options", "rollback", "rollback_failed_attempt", "COMMANDS"]
+__all__ = ["COMMANDS", "lock_options", "rollback", "rollback_failed_attempt", "schedule", "schedule_clean"]
 
 
 def refuse_metadata_table(storage: Storage, what: str) -> None:
@@ -95,6 +101,31 @@ def rollback_failed_attempt(
         writer = TimelineWriter(storage, config, lock, time_settings=time_settings)
         rollback_instant = schedule_rollback(writer, timeline, target)
         return execute_rollback(writer, rollback_instant.requested_time)
+
+
+def schedule_clean(
+    storage: Storage,
+    lock: TableLock,
+    settings: CleanSettings | None = None,
+    *,
+    dry_run: bool = False,
+    time_settings: TimeSettings | None = None,
+) -> tuple[Instant | None, CleanPlanResult]:
+    """Plan a clean under the table lock and write ``<T>.clean.requested`` (unless ``dry_run``).
+
+    Returns the new instant (``None`` when nothing is due or on a dry run) and the plan result.
+    A clean already pending blocks a new one, so two schedulers racing for the lock produce
+    exactly one plan.
+    """
+    refuse_metadata_table(storage, "clean")
+    config = load_table_config(storage)
+    with lock:
+        timeline = Timeline.load(storage, config)
+        result = plan_clean(storage, config, timeline, list_storage(storage, config), settings)
+        if result.plan is None or dry_run:
+            return None, result
+        writer = TimelineWriter(storage, config, lock, time_settings=time_settings)
+        return writer.schedule(Action.CLEAN, result.plan), result
 
 
 def lock_options(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -175,5 +206,47 @@ def rollback(
     )
 
 
+@click.group()
+def schedule() -> None:
+    """Plan a table service and write its requested instant."""
+
+
+@schedule.command("clean")
+@click.argument("table")
+@click.option("--policy", type=click.Choice([p.value for p in CleanPolicy]),
+              default=CleanPolicy.KEEP_LATEST_COMMITS.value, show_default=True, help="hoodie.clean.policy")
+@click.option("--retained", type=click.IntRange(min=1), default=None,
+              help="Commits retained (default 10), file versions (default 3) or hours (default 24).")
+@click.option("--dry-run", is_flag=True, help="Print the plan summary, write nothing.")
+@lock_options
+def schedule_clean_command(table: str, policy: str, retained: int | None, dry_run: bool, lock_option: str,
+                           lock_wait_ms: int, lock_retries: int, clock_skew_ms: int) -> None:
+    """Plan a clean (HoodieCleanerPlan) and print the new instant and a summary, or why nothing is due."""
+    chosen = CleanPolicy(policy)
+    kw: dict[str, int] = {}
+    if retained is not None:
+        kw = {
+            CleanPolicy.KEEP_LATEST_COMMITS: {"commits_retained": retained},
+            CleanPolicy.KEEP_LATEST_FILE_VERSIONS: {"file_versions_retained": retained},
+            CleanPolicy.KEEP_LATEST_BY_HOURS: {"hours_retained": retained},
+        }[chosen]
+    settings = CleanSettings(policy=chosen, **kw)  # type: ignore[arg-type]
+    storage = storage_for(table)
+    lock_settings = LockSettings(wait_ms=lock_wait_ms, retries=lock_retries)
+    lock, factory = lock_from_option(lock_option, storage, lock_settings)
+    try:
+        instant, result = schedule_clean(storage, lock, settings, dry_run=dry_run,
+                                         time_settings=TimeSettings(max_expected_clock_skew_ms=clock_skew_ms))
+    finally:
+        if factory is not None:
+            factory.close()
+    if instant is not None:
+        click.echo(f"{instant.requested_time} clean requested: {result.summary()}")
+    elif result.plan is not None:
+        click.echo(f"dry run: {result.summary()}")
+    else:
+        click.echo(result.summary())
+
+
 #: Commands for ``service.cli`` to add to its group.
-COMMANDS = [rollback]
+COMMANDS = [rollback, schedule]

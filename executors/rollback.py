@@ -1,0 +1,143 @@
+"""Executing a rollback plan: delete the listed files, complete the rollback, reset the target.
+
+Works on any ``HoodieRollbackPlan`` on the timeline, whoever wrote it (hoodied's planner or
+Apache Hudi), as long as it only deletes files: plans with ``logBlocksToBeDeleted`` (table
+version 6 rollback command blocks) are refused before anything is touched.
+
+Every step can be re-run after a crash: the inflight transition and completion are no-ops
+when done, and deleting a file that is already gone counts as deleted. When the target is a
+table service (compaction, log compaction, clustering), its inflight file is removed after
+the rollback completes, with its markers and heartbeat, so it can be re-executed from its
+unchanged plan.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from hoodie.errors import HoodieFormatError, InstantStateError, UnsupportedTableError
+from hoodie.heartbeat import delete_heartbeat
+from hoodie.instant import Action, Instant, State
+from hoodie.markers import WriteMarkers
+from hoodie.storage import Storage
+from hoodie.timeline import Timeline
+from hoodie.timeline_writer import TimelineWriter
+
+log = logging.getLogger(__name__)
+
+__all__ = ["RollbackResult", "execute_rollback", "relative_path"]
+
+_RESETTABLE = {a.value: a for a in (Action.COMPACTION, Action.LOG_COMPACTION, Action.CLUSTERING,
+                                     Action.REPLACE_COMMIT)}
+
+
+@dataclass(slots=True)
+class RollbackResult:
+    rollback: Instant
+    target_time: str
+    target_action: str
+    deleted: list[str] = field(default_factory=list)
+    already_gone: list[str] = field(default_factory=list)
+
+
+def relative_path(storage: Storage, path: str, where: str) -> str:
+    """A plan's full path (``/base/p/f``, ``file:/base/p/f``, ``file:///base/p/f``) -> ``p/f``."""
+    p = path
+    for scheme in ("file://", "file:"):
+        if p.startswith(scheme):
+            p = p[len(scheme):]
+            break
+    base = storage.base_uri.rstrip("/") + "/"
+    if p.startswith(base):
+        rel = p[len(base):]
+    elif not p.startswith("/") and "://" not in p:
+        rel = p
+    else:
+        raise HoodieFormatError(f"{where}: plan names {path}, which is outside the table {storage.base_uri}")
+    if not rel or ".." in rel.split("/") or rel.startswith(".hoodie/"):
+        raise HoodieFormatError(f"{where}: plan names {path}, which is not a data file of the table")
+    return rel
+
+
+def _read_plan(timeline: Timeline, inst: Instant, where: str) -> dict[str, Any]:
+    plan = timeline.read_plan(inst)
+    if not plan:
+        raise HoodieFormatError(f"{where}: rollback plan is empty")
+    target = plan.get("instantToRollback") or {}
+    if not target.get("commitTime"):
+        raise HoodieFormatError(f"{where}: rollback plan names no instant to roll back")
+    for req in plan.get("RollbackRequests") or []:
+        if req.get("logBlocksToBeDeleted"):
+            raise UnsupportedTableError(
+                f"{where}: the plan rolls back log blocks with command blocks (table version 6); "
+                "hoodied only executes rollbacks that delete files"
+            )
+    return plan
+
+
+def execute_rollback(writer: TimelineWriter, rollback_time: str) -> RollbackResult:
+    """Run the rollback ``rollback_time`` to completion; the caller holds the table lock."""
+    storage, config = writer.storage, writer.config
+    timeline = Timeline.load(storage, config)
+    inst = timeline.get(rollback_time)
+    if inst is None or inst.action is not Action.ROLLBACK:
+        raise InstantStateError(f"{rollback_time}: no rollback instant with this time on the timeline")
+    where = timeline.state_file(inst, State.REQUESTED) if not inst.is_completed else rollback_time
+    plan = _read_plan(timeline, inst, where)
+    target = plan["instantToRollback"]
+    result = RollbackResult(inst, str(target["commitTime"]), str(target.get("action") or ""))
+    if not inst.is_completed:
+        started = time.monotonic()
+        writer.transition_to_inflight(rollback_time, Action.ROLLBACK)
+        per_partition: dict[str, dict[str, Any]] = {}
+        for req in plan.get("RollbackRequests") or []:
+            partition = str(req.get("partitionPath") or "")
+            entry = per_partition.setdefault(partition, {
+                "partitionPath": partition, "successDeleteFiles": [], "failedDeleteFiles": [],
+                "rollbackLogFiles": {}, "logFilesFromFailedCommit": {},
+            })
+            for full in req.get("filesToBeDeleted") or []:
+                rel = relative_path(storage, str(full), where)
+                writer.lock.ensure_held()
+                if storage.delete(rel):
+                    result.deleted.append(rel)
+                else:  # gone already: an earlier run of this rollback got there first
+                    result.already_gone.append(rel)
+                entry["successDeleteFiles"].append(str(full))
+        metadata = {
+            "startRollbackTime": rollback_time,
+            "timeTakenInMillis": int((time.monotonic() - started) * 1000),
+            "totalFilesDeleted": len(result.deleted) + len(result.already_gone),
+            "commitsRollback": [result.target_time],
+            "partitionMetadata": per_partition,
+            "version": 1,
+            "instantsRollback": [{"commitTime": result.target_time, "action": result.target_action}],
+        }
+        result.rollback = writer.complete(rollback_time, Action.ROLLBACK, metadata)
+    target_inst = timeline.get(result.target_time)
+    is_service = result.target_action in _RESETTABLE and (
+        result.target_action != Action.REPLACE_COMMIT.value
+        or (target_inst is not None and timeline.is_clustering(target_inst))
+    )
+    _reset_target(writer, result, is_service)
+    return result
+
+
+def _reset_target(writer: TimelineWriter, result: RollbackResult, is_service: bool) -> None:
+    """Table-service target: back to requested, markers and heartbeat gone (safe to repeat)."""
+    action = _RESETTABLE.get(result.target_action)
+    if action is None or not is_service:
+        log.info("%s: target %s %s is not a table service; left as it is",
+                 result.rollback.requested_time, result.target_action, result.target_time)
+        return
+    files = writer.files(result.target_time, action)
+    if files.latest_state is State.COMPLETED:
+        return  # re-executed and completed since; nothing to reset
+    if files.latest_state is not None:
+        writer.revert_inflight_to_requested(result.target_time, action)
+    removed = WriteMarkers(writer.storage, result.target_time).delete_all()
+    delete_heartbeat(writer.storage, result.target_time)
+    log.info("%s %s: back to requested (%d markers removed)", action.value, result.target_time, removed)

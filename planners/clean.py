@@ -1,0 +1,355 @@
+"""The clean planner: which file slices fall outside retention, as Apache Hudi's ``CleanPlanner`` decides.
+
+Policies (``hoodie.clean.policy``):
+
+- ``KEEP_LATEST_COMMITS`` (default, ``commits_retained`` 10): the *earliest commit to retain*
+  (ECTR) is the N-th newest completed write instant, but never later than the earliest
+  pending write or table service (then: the last completed instant before it). In each file
+  group, slices whose base instant is older than the ECTR are deleted, except the latest
+  slice and the newest slice older than the ECTR (a query as of the ECTR still reads it).
+  Nothing is cleaned until more than N write instants have completed.
+- ``KEEP_LATEST_BY_HOURS`` (``hours_retained`` 24): ECTR = the first completed write instant
+  not older than now - hours (table timezone); then as above.
+- ``KEEP_LATEST_FILE_VERSIONS`` (``file_versions_retained`` 3): keep the newest N slices of
+  every file group, whatever their age.
+
+Always: slices holding a savepointed file are kept; slices a pending compaction or log
+compaction needs (base instant >= the operation's base instant) are kept, and so are the
+slices a pending clustering reads; file groups replaced by a clustering or insert_overwrite
+are deleted whole once the replacing instant is older than the ECTR (with
+``KEEP_LATEST_FILE_VERSIONS``: at once). Only committed files are considered: files of
+pending or failed writes are not the cleaner's business (rollback removes those).
+
+Incremental planning (``hoodie.clean.incremental.enabled``, default on): with a completed
+clean whose ECTR is still on the active timeline, only partitions written by instants in
+[previous ECTR, new ECTR) are looked at, plus partitions of savepoints removed since.
+
+The plan is a ``HoodieCleanerPlan`` (version 2) with full file paths. Partitions are never
+planned for deletion, and no plan is made when nothing is due (a reason says why).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from enum import StrEnum
+from typing import Any
+
+from hoodie.filenames import BaseFileName
+from hoodie.fsview import FileGroup, FilesByPartition, FileSlice, FileSystemView
+from hoodie.instant import WRITE_ACTIONS, Action, Instant
+from hoodie.plans import ClusteringPlan, CompactionPlan
+from hoodie.properties import TableConfig
+from hoodie.storage import Storage
+from hoodie.timeline import Timeline, datetime_to_instant_time
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "CLEAN_PLAN_VERSION",
+    "CleanPlanResult",
+    "CleanPolicy",
+    "CleanSettings",
+    "earliest_commit_to_retain",
+    "plan_clean",
+    "planned_files",
+]
+
+#: ``CleanPlanner.LATEST_CLEAN_PLAN_VERSION``.
+CLEAN_PLAN_VERSION = 2
+SAVEPOINTED_TIMESTAMPS = "savepointed_timestamps"
+
+
+class CleanPolicy(StrEnum):
+    KEEP_LATEST_COMMITS = "KEEP_LATEST_COMMITS"
+    KEEP_LATEST_FILE_VERSIONS = "KEEP_LATEST_FILE_VERSIONS"
+    KEEP_LATEST_BY_HOURS = "KEEP_LATEST_BY_HOURS"
+
+
+@dataclass(frozen=True, slots=True)
+class CleanSettings:
+    """The cleaner's retention settings (Hudi's ``hoodie.clean.*`` keys and defaults)."""
+
+    policy: CleanPolicy = CleanPolicy.KEEP_LATEST_COMMITS
+    commits_retained: int = 10
+    """``hoodie.clean.commits.retained``."""
+    file_versions_retained: int = 3
+    """``hoodie.clean.fileversions.retained``."""
+    hours_retained: int = 24
+    """``hoodie.clean.hours.retained``."""
+    incremental: bool = True
+    """``hoodie.clean.incremental.enabled``."""
+
+    def __post_init__(self) -> None:
+        if self.commits_retained < 1 or self.file_versions_retained < 1 or self.hours_retained < 0:
+            raise ValueError("clean retention must keep at least one commit / one file version")
+
+
+@dataclass(slots=True)
+class CleanPlanResult:
+    """The plan (``None`` when nothing is due), why, and the files it deletes (relative paths)."""
+
+    plan: dict[str, Any] | None
+    reason: str
+    earliest_commit_to_retain: Instant | None = None
+    files: dict[str, list[str]] = field(default_factory=dict)
+
+    @property
+    def file_count(self) -> int:
+        return sum(len(v) for v in self.files.values())
+
+    def summary(self) -> str:
+        if self.plan is None:
+            return f"nothing to clean: {self.reason}"
+        ectr = self.earliest_commit_to_retain.requested_time if self.earliest_commit_to_retain else "-"
+        return (
+            f"{self.plan['policy']}: {self.file_count} files in {len(self.files)} partitions, "
+            f"earliest commit to retain {ectr}"
+        )
+
+
+# ---------------------------------------------------------------------------- earliest commit to retain
+
+
+def _writes(timeline: Timeline) -> list[Instant]:
+    """The commits-and-compaction timeline: every write instant, completed or pending, by requested time."""
+    return [i for i in timeline.instants if i.action in WRITE_ACTIONS and not timeline.is_archived(i)]
+
+
+def earliest_commit_to_retain(
+    timeline: Timeline, settings: CleanSettings, config: TableConfig, *, now: datetime | None = None
+) -> Instant | None:
+    """Hudi's ``CleanerUtils.getEarliestCommitToRetain`` (``None`` for KEEP_LATEST_FILE_VERSIONS)."""
+    writes = _writes(timeline)
+    completed = [i for i in writes if i.is_completed]
+    if settings.policy is CleanPolicy.KEEP_LATEST_COMMITS:
+        n = settings.commits_retained
+        if len(completed) <= n:
+            return None
+        nth = completed[len(completed) - n]
+        pending = [i for i in writes if i.is_pending]
+        if pending and nth.requested_time > pending[0].requested_time:
+            before = [i for i in completed if i.requested_time < pending[0].requested_time]
+            return before[-1] if before else None
+        return nth
+    if settings.policy is CleanPolicy.KEEP_LATEST_BY_HOURS:
+        tz = config.tzinfo
+        moment = (now or datetime.now(tz)) - timedelta(hours=settings.hours_retained)
+        cutoff = datetime_to_instant_time(moment.astimezone(tz), tz)
+        return next((i for i in completed if i.requested_time >= cutoff), None)
+    return None
+
+
+# ---------------------------------------------------------------------------- protected slices
+
+
+def _savepointed_files(timeline: Timeline) -> tuple[set[str], list[str]]:
+    """File names kept by completed savepoints, and the savepoint times."""
+    names: set[str] = set()
+    times: list[str] = []
+    for inst in timeline.completed((Action.SAVEPOINT,)):
+        times.append(inst.requested_time)
+        md = timeline.read_commit_metadata(inst)
+        for part in (md.get("partitionMetadata") or {}).values():
+            names.update(str(n).rsplit("/", 1)[-1] for n in (part or {}).get("savepointDataFile") or ())
+    return names, times
+
+
+def _pending_needs(timeline: Timeline) -> dict[tuple[str, str], str | None]:
+    """(partition, file id) -> oldest base instant a pending compaction / log compaction / clustering
+    still needs (``None``: every slice of the group is needed)."""
+    needs: dict[tuple[str, str], str | None] = {}
+
+    def need(key: tuple[str, str], base: str | None) -> None:
+        if key in needs and (needs[key] is None or (base is not None and needs[key] <= base)):  # type: ignore[operator]
+            return
+        needs[key] = base
+
+    for inst in timeline.pending():
+        plan = timeline.plan(inst) if inst.action in (
+            Action.COMPACTION, Action.LOG_COMPACTION, Action.CLUSTERING, Action.REPLACE_COMMIT
+        ) else None
+        if isinstance(plan, CompactionPlan):
+            for op in plan.operations:
+                need((op.partition_path, op.file_id), op.base_instant_time)
+        elif isinstance(plan, ClusteringPlan):
+            for group in plan.input_groups:
+                for s in group.slices:
+                    base = _instant_of(s.data_file_path) if s.data_file_path else None
+                    need((s.partition_path, s.file_id), base)
+    return needs
+
+
+def _instant_of(path: str) -> str | None:
+    parsed = BaseFileName.parse(path.rsplit("/", 1)[-1])
+    return parsed.instant_time if parsed is not None else None
+
+
+def _slice_files(s: FileSlice) -> list[str]:
+    return s.paths()
+
+
+def _is_savepointed(s: FileSlice, savepointed: set[str]) -> bool:
+    return any(p.rsplit("/", 1)[-1] in savepointed for p in s.paths())
+
+
+# ---------------------------------------------------------------------------- per policy
+
+
+def _by_commits(
+    group: FileGroup, ectr: str, savepointed: set[str], needed_from: str | None, needed: bool
+) -> list[str]:
+    slices = [s for s in reversed(group.slices) if not s.is_empty]  # newest first, as Hudi iterates
+    if not slices:
+        return []
+    last_version = slices[0].base_instant
+    before_ectr = next((s.base_instant for s in slices if s.base_instant < ectr), None)
+    out: list[str] = []
+    for s in slices:
+        if _is_savepointed(s, savepointed) or s.base_instant in (last_version, before_ectr):
+            continue
+        if needed and (needed_from is None or s.base_instant >= needed_from):
+            continue
+        if s.base_instant < ectr:
+            out.extend(_slice_files(s))
+    return out
+
+
+def _by_versions(
+    group: FileGroup, keep: int, savepointed: set[str], needed_from: str | None, needed: bool
+) -> list[str]:
+    slices = [s for s in reversed(group.slices) if not s.is_empty]
+    if needed:
+        slices = [s for s in slices if not (needed_from is None or s.base_instant >= needed_from)]
+        keep -= 1  # the slice the pending service needs counts as a kept version
+    out: list[str] = []
+    for s in slices[max(keep, 0):]:
+        if not _is_savepointed(s, savepointed):
+            out.extend(_slice_files(s))
+    return out
+
+
+# ---------------------------------------------------------------------------- partitions
+
+
+def _partitions_of(timeline: Timeline, inst: Instant) -> set[str]:
+    md = timeline.read_commit_metadata(inst)
+    parts = set((md.get("partitionToWriteStats") or {}).keys())
+    parts.update((md.get("partitionToReplaceFileIds") or {}).keys())
+    return {str(p) for p in parts}
+
+
+def _partitions_to_clean(
+    timeline: Timeline, settings: CleanSettings, ectr: Instant | None, all_partitions: Iterable[str],
+    savepoint_times: list[str],
+) -> tuple[list[str], str]:
+    every = sorted(set(all_partitions))
+    if settings.policy is CleanPolicy.KEEP_LATEST_FILE_VERSIONS or not settings.incremental or ectr is None:
+        return every, "full"
+    last_clean = timeline.latest_completed((Action.CLEAN,))
+    if last_clean is None:
+        return every, "full"
+    md = timeline.read_commit_metadata(last_clean)
+    previous = str(md.get("earliestCommitToRetain") or "")
+    writes = [i for i in _writes(timeline) if i.is_completed]
+    if not previous or not writes or previous < writes[0].requested_time:
+        return every, "full"  # the previous boundary was archived: look everywhere
+    parts: set[str] = set()
+    for inst in writes:
+        if previous <= inst.requested_time < ectr.requested_time:
+            parts |= _partitions_of(timeline, inst)
+    extra = md.get("extraMetadata") or {}
+    old_savepoints = [t for t in str(extra.get(SAVEPOINTED_TIMESTAMPS) or "").split(",") if t]
+    for t in set(old_savepoints) - set(savepoint_times):
+        inst = timeline.get(t)
+        if inst is not None and inst.is_completed and inst.action in WRITE_ACTIONS:
+            parts |= _partitions_of(timeline, inst)
+    return sorted(p for p in parts if p in set(every)), f"incremental since {previous}"
+
+
+# ---------------------------------------------------------------------------- the plan
+
+
+def plan_clean(
+    storage: Storage,
+    config: TableConfig,
+    timeline: Timeline,
+    files_by_partition: FilesByPartition,
+    settings: CleanSettings | None = None,
+    *,
+    now: datetime | None = None,
+) -> CleanPlanResult:
+    """Plan a clean of the table as it is now (the caller holds the lock and writes the plan)."""
+    settings = settings or CleanSettings()
+    pending_clean = timeline.pending((Action.CLEAN,))
+    if pending_clean:
+        t = pending_clean[0].requested_time
+        return CleanPlanResult(None, f"clean {t} is still pending; run it first")
+    completed_writes = [i for i in _writes(timeline) if i.is_completed]
+    ectr = earliest_commit_to_retain(timeline, settings, config, now=now)
+    by_commits = settings.policy is not CleanPolicy.KEEP_LATEST_FILE_VERSIONS
+    if by_commits and ectr is None:
+        if settings.policy is CleanPolicy.KEEP_LATEST_COMMITS:
+            why = (f"{len(completed_writes)} completed write instants, not more than the "
+                   f"{settings.commits_retained} retained")
+        else:
+            why = f"no completed write instant in the last {settings.hours_retained} hours"
+        return CleanPlanResult(None, why)
+
+    listing = {p: list(v) for p, v in files_by_partition.items()}
+    savepointed, savepoint_times = _savepointed_files(timeline)
+    partitions, mode = _partitions_to_clean(timeline, settings, ectr, listing.keys(), savepoint_times)
+    view = FileSystemView.build({p: listing[p] for p in partitions}, timeline, config)
+    needs = _pending_needs(timeline)
+
+    files: dict[str, list[str]] = {}
+    for group in view.file_groups(include_replaced=True):
+        key = (group.partition, group.file_id)
+        if group.replaced_by is not None:
+            if by_commits and not (ectr is not None and group.replaced_by < ectr.requested_time):
+                continue
+            doomed = [p for s in group.slices if not _is_savepointed(s, savepointed) for p in s.paths()]
+        elif by_commits:
+            assert ectr is not None
+            doomed = _by_commits(group, ectr.requested_time, savepointed, needs.get(key), key in needs)
+        else:
+            doomed = _by_versions(group, settings.file_versions_retained, savepointed, needs.get(key),
+                                  key in needs)
+        if doomed:
+            files.setdefault(group.partition, []).extend(doomed)
+
+    if not files:
+        return CleanPlanResult(None, f"no file slice outside retention ({mode})", ectr)
+    last = completed_writes[-1].requested_time if completed_writes else ""
+    base = storage.base_uri.rstrip("/")
+    plan: dict[str, Any] = {
+        "earliestInstantToRetain": (
+            {"timestamp": ectr.requested_time, "action": ectr.file_action.value, "state": "COMPLETED"}
+            if ectr is not None else None
+        ),
+        "lastCompletedCommitTimestamp": last,
+        "policy": settings.policy.value,
+        "filesToBeDeletedPerPartition": {},
+        "version": CLEAN_PLAN_VERSION,
+        "filePathsToBeDeletedPerPartition": {
+            p: [{"filePath": f"{base}/{rel}", "isBootstrapBaseFile": False} for rel in sorted(rels)]
+            for p, rels in sorted(files.items())
+        },
+        "partitionsToBeDeleted": [],
+        "extraMetadata": {SAVEPOINTED_TIMESTAMPS: ",".join(savepoint_times)} if savepoint_times else {},
+    }
+    log.info("clean plan (%s): %d files in %d partitions", mode, sum(map(len, files.values())), len(files))
+    return CleanPlanResult(plan, mode, ectr, {p: sorted(v) for p, v in files.items()})
+
+
+def planned_files(plan: Mapping[str, Any]) -> list[str]:
+    """Full paths a ``HoodieCleanerPlan`` deletes (v2 field, falling back to the deprecated v1 one)."""
+    out: list[str] = []
+    for infos in (plan.get("filePathsToBeDeletedPerPartition") or {}).values():
+        out.extend(str(i.get("filePath")) for i in infos or () if i.get("filePath"))
+    if not out:
+        for names in (plan.get("filesToBeDeletedPerPartition") or {}).values():
+            out.extend(str(n) for n in names or ())
+    return out
