@@ -34,7 +34,7 @@ import base64
 import binascii
 import logging
 import struct
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import IntEnum
 
@@ -323,13 +323,37 @@ def _parse_block(win: _Window, storage: Storage, offset: int) -> LogBlock:
     )
 
 
-def read_log_blocks(storage: Storage, path: str, *, skip_corrupt: bool = False) -> Iterator[LogBlock]:
+def _salvage_instant(win: _Window, offset: int, limit: int) -> str | None:
+    """The INSTANT_TIME header of a corrupt block, when its start is intact enough to read it.
+
+    A writer that crashed mid-append leaves a torn last block whose header was written
+    whole; reading it tells whose block it was.
+    """
+    pos = offset + 14 + 8  # magic, block length, format version, block type
+    try:
+        header, _ = _read_metadata(win, pos, min(limit, win.size), "header")
+    except (_Corrupt, struct.error):
+        return None
+    value = header.get(HeaderKey.INSTANT_TIME)
+    return value if value and value.isdigit() else None
+
+
+def read_log_blocks(
+    storage: Storage,
+    path: str,
+    *,
+    skip_corrupt: bool = False,
+    ignorable: Callable[[str], bool] | None = None,
+) -> Iterator[LogBlock]:
     """The blocks of a log file, in file order, read block by block.
 
     ``skip_corrupt=False``: the first corrupt or truncated region raises ``HoodieFormatError``
     ("<path>: log block at offset N is truncated (...)"). ``True``: it is logged as a warning
-    and skipped to the next magic, as Hudi's reader does. Valid blocks of an unsupported
-    format version or with unknown header keys raise ``UnsupportedTableError`` either way.
+    and skipped to the next magic, as Hudi's reader does. ``ignorable(instant)`` lets the
+    caller skip, quietly, a corrupt block whose header still names its instant when that
+    instant never committed (the torn tail of a failed append). Valid blocks of an
+    unsupported format version or with unknown header keys raise ``UnsupportedTableError``
+    either way.
     """
     size = storage.size(path)
     win = _Window(storage, path, size)
@@ -350,6 +374,11 @@ def read_log_blocks(storage: Storage, path: str, *, skip_corrupt: bool = False) 
                 problem = f"log block at offset {offset} {exc}"
                 # Like Hudi: look for the next magic right after this block's magic.
                 resume = win.find_magic(offset + len(MAGIC))
+                instant = _salvage_instant(win, offset, resume) if ignorable is not None else None
+                if instant is not None and ignorable is not None and ignorable(instant):
+                    log.debug("%s: %s, written by uncommitted instant %s; skipped", path, problem, instant)
+                    offset = resume
+                    continue
             else:
                 yield block
                 offset += block.block_size

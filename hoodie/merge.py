@@ -80,6 +80,12 @@ class MergeSpec:
                 f"{config.name}: {what} is not supported (hoodied merges COMMIT_TIME_ORDERING, "
                 "EVENT_TIME_ORDERING, OverwriteWithLatestAvroPayload and DefaultHoodieRecordPayload)"
             )
+        partial = (config.props.get("hoodie.table.partial.update.mode") or "NONE").strip().upper()
+        if partial != "NONE":
+            raise UnsupportedTableError(
+                f"{config.name}: partial update mode {partial} (hoodie.table.partial.update.mode) is not "
+                "supported (hoodied merges whole records)"
+            )
         if config.populate_meta_fields:
             keys: tuple[str, ...] = (RECORD_KEY_FIELD,)
         elif config.record_key_fields:

@@ -30,7 +30,7 @@ import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from hoodie.errors import HoodieFormatError, TableNotFoundError
+from hoodie.errors import HoodieFormatError, TableNotFoundError, UnsupportedTableError
 from hoodie.filenames import BaseFileName, LogFileName
 from hoodie.hfile import HFileReader
 from hoodie.instant import Action, Instant
@@ -64,6 +64,38 @@ INIT_INSTANT_PREFIX = "00000000000000"
 
 _DELTA_ACTIONS = (Action.DELTA_COMMIT, Action.LOG_COMPACTION)
 _ROLLBACK_ACTIONS = (Action.ROLLBACK, Action.RESTORE)
+
+
+def metadata_table_in_use(storage: Storage, config: TableConfig) -> str | None:
+    """Why writers of this table must keep a metadata table in step, or ``None`` when it has none.
+
+    A table has a metadata table when ``hoodie.table.metadata.partitions`` (or its
+    ``.inflight`` twin, a partition being built) lists anything, or when the metadata table's
+    own ``hoodie.properties`` exists (written before the data table's properties say so).
+    Every change to the data files (a clean, a rollback, a compaction) must then be applied
+    to the metadata table too, or readers that list files through it see files that are gone.
+    """
+    if config.metadata_partitions:
+        return f"hoodie.table.metadata.partitions={','.join(config.metadata_partitions)}"
+    if config.metadata_partitions_inflight:
+        return f"hoodie.table.metadata.partitions.inflight={','.join(config.metadata_partitions_inflight)}"
+    if storage.exists(f"{METADATA_FOLDER}/.hoodie/hoodie.properties"):
+        return f"{METADATA_FOLDER}/.hoodie/hoodie.properties exists"
+    return None
+
+
+def require_no_metadata_table(storage: Storage, config: TableConfig, what: str) -> None:
+    """Refuse ``what`` (a clean, a rollback...) on a table with a metadata table.
+
+    hoodied cannot write the metadata table yet; changing data files without the matching
+    metadata-table commit would corrupt what readers see, so nothing is changed.
+    """
+    why = metadata_table_in_use(storage, config)
+    if why is not None:
+        raise UnsupportedTableError(
+            f"{storage.base_uri}: the table has a metadata table ({why}); {what} needs the "
+            "metadata-table writer, which hoodied does not have yet (nothing was changed)"
+        )
 
 
 def valid_instant_times(data_timeline: Timeline, mdt_timeline: Timeline) -> frozenset[str]:
@@ -259,15 +291,19 @@ class MetadataTable:
     def _valid_blocks(self, fs: MdtFileSlice) -> list[LogBlock]:
         """Blocks of valid, MDT-completed instants, minus rolled-back and log-compacted ones."""
         blocks: list[LogBlock] = []
+
+        def invalid(instant: str) -> bool:
+            return instant not in self.valid_instants or not self._committed_in_mdt(instant)
+
         for path in fs.log_files:
-            for block in read_log_blocks(self.storage, path):
+            for block in read_log_blocks(self.storage, path, ignorable=invalid):
                 if block.block_type is BlockType.COMMAND:
                     if is_rollback_command(block):
                         target = block.target_instant_time
                         blocks = [b for b in blocks if b.instant_time != target]
                     continue
                 instant = block.instant_time or ""
-                if instant not in self.valid_instants or not self._committed_in_mdt(instant):
+                if invalid(instant):
                     log.debug("%s@%d: block of instant %s is not valid, skipped", path, block.offset, instant)
                     continue
                 blocks.append(block)
@@ -283,7 +319,7 @@ class MetadataTable:
         for name, size in files.items():
             instant = _writer_instant(name, self.data_config.version)
             if instant is not None and instant in pending:
-                log.warning(
+                log.debug(
                     "%s: MDT lists %s/%s written by instant %s, pending on the data timeline; ignored",
                     METADATA_FOLDER,
                     partition,

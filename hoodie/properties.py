@@ -474,10 +474,15 @@ def read_table_properties(storage: Storage) -> tuple[dict[str, str], str]:
             continue
         found = True
         try:
-            return _read_candidate(storage, path), path
+            props = _read_candidate(storage, path)
         except HoodieFormatError as exc:
-            log.warning("%s", exc)
+            # Raised below unless the backup copy is good; then it is worth a warning.
+            log.debug("%s", exc)
             first_error = first_error or exc
+            continue
+        if first_error is not None:
+            log.warning("%s; read %s instead", first_error, path)
+        return props, path
     if not found:
         raise TableNotFoundError(f"{storage.base_uri}: not a Hudi table (no {PROPERTIES_FILE})")
     assert first_error is not None

@@ -3,13 +3,15 @@
 Owns the log-scanning rules of Hudi's log record reader and the streaming shape of a read:
 
 * Blocks are taken in log-file order, block by block. A corrupt or truncated block fails
-  the read with a one-line error naming the file, unless ``skip_corrupt`` asks to skip it
-  with a warning as Hudi's reader does (a service must not silently drop committed
-  records). Skipped: data/delete blocks whose instant is not a committed write (inflight
-  or rolled back), blocks named by a v6 rollback command block, blocks a committed log
-  compaction replaced (its ``COMPACTED_BLOCK_TIMES``), and for time travel blocks whose
-  instant is after ``as_of``. CDC blocks carry no table data. Partial-update blocks are not
-  supported (``UnsupportedTableError``).
+  the read with a one-line error naming the file, unless its header shows it belongs to an
+  instant that never committed (the torn tail of a failed append in table version 6, which
+  Hudi skips too) or ``skip_corrupt`` asks to skip it with a warning as Hudi's reader does
+  (a service must not silently drop committed records). Skipped: data/delete blocks whose
+  instant is not a committed write (inflight or rolled back), blocks named by a v6
+  rollback command block, blocks a committed log compaction replaced (its
+  ``COMPACTED_BLOCK_TIMES``), and for time travel blocks whose instant is after ``as_of``.
+  CDC blocks carry no table data. Partial-update blocks are not supported
+  (``UnsupportedTableError``).
 * Memory: the log records of the slice are reduced to one record per key
   (``hoodie.merge.LogRecordBuffer``), then the base file is streamed row group by row group
   (``ParquetFile.iter_batches``), each batch merged on its own, and the log-only inserts come
@@ -97,8 +99,14 @@ def read_log_records(
     skip_corrupt: bool = False,
 ) -> MergedLogRecords:
     """The log records of a slice reduced to one record (or delete) per key."""
+
+    def uncommitted(instant: str) -> bool:
+        return not commits.is_committed(instant)
+
     blocks = [
-        b for lf in file_slice.log_files for b in read_log_blocks(storage, lf.path, skip_corrupt=skip_corrupt)
+        b
+        for lf in file_slice.log_files
+        for b in read_log_blocks(storage, lf.path, skip_corrupt=skip_corrupt, ignorable=uncommitted)
     ]
     rolled_back = {b.target_instant_time for b in blocks if is_rollback_command(b) and b.target_instant_time}
     valid = [b for b in blocks if _is_valid(b, commits, rolled_back, as_of)]

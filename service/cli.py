@@ -8,6 +8,7 @@ code scripts can test; ``--debug`` adds the traceback. Results go to standard ou
 from __future__ import annotations
 
 import json
+import os
 import sys
 import traceback
 from typing import Any, NoReturn
@@ -104,6 +105,21 @@ def _echo_json(value: Any) -> None:
     click.echo(json.dumps(value, indent=2, sort_keys=False, default=str))
 
 
+def _instant_option(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    from hoodie.instant import is_instant_time
+
+    if value is not None and not is_instant_time(value):
+        raise click.BadParameter(f"{value!r} is not an instant time (17 digits, yyyyMMddHHmmssSSS)")
+    return value
+
+
+def _output_option(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    folder = os.path.dirname(os.path.abspath(value))
+    if not os.path.isdir(folder):
+        raise click.BadParameter(f"folder {folder} does not exist")
+    return value
+
+
 def _open(table: str, *, include_history: bool = False) -> Any:
     from hoodie.table import HoodieTable
 
@@ -148,8 +164,21 @@ def inspect(table: str, as_json: bool) -> None:
 
 @cli.command(short_help="Export a table's snapshot (or an older one) to a parquet file.")
 @click.argument("table")
-@click.option("--output", "-o", required=True, type=click.Path(dir_okay=False), help="Parquet file to write.")
-@click.option("--as-of", "as_of", default=None, help="Time travel: the snapshot as of this instant time.")
+@click.option(
+    "--output",
+    "-o",
+    required=True,
+    callback=_output_option,
+    type=click.Path(dir_okay=False),
+    help="Parquet file to write (replaced atomically when the read succeeds).",
+)
+@click.option(
+    "--as-of",
+    "as_of",
+    default=None,
+    callback=_instant_option,
+    help="Time travel: the snapshot as of this instant time (yyyyMMddHHmmssSSS).",
+)
 @click.option("--read-optimized", is_flag=True, help="Base files only (log files ignored).")
 @click.option(
     "--listing",

@@ -225,6 +225,9 @@ def write_snapshot(
                 ):
                     writer.write_batch(batch)
                     rows += batch.num_rows
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes it owner-only; an export is an ordinary file
         os.replace(tmp, output)
     except BaseException:
         with contextlib.suppress(OSError):

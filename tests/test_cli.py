@@ -33,8 +33,8 @@ def tree_digest(root: Path) -> str:
 
 
 def assert_one_line_error(stderr: str, *needles: str) -> None:
-    lines = [line for line in stderr.splitlines() if line.startswith("hoodied: error:")]
-    assert len(lines) == 1, stderr
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("hoodied: error:"), stderr
     for needle in needles:
         assert needle in lines[0], lines[0]
 
@@ -269,3 +269,65 @@ def test_demo_then_inspect_and_read(tmp_path: Path) -> None:
 
     expected = sum(b.num_rows for b in hudi.HudiTableBuilder(str(demo)).build().read())
     assert pq.read_table(tmp_path / "demo.parquet").num_rows == expected > 0
+
+
+def test_torn_block_of_an_uncommitted_append_is_skipped(hudi_table, tmp_path: Path) -> None:
+    """A v6 writer that crashed mid-append leaves half a block of its inflight instant at the
+    end of a committed log file: Hudi skips it, and so does hoodied; hudi-rs agrees."""
+    import hudi
+
+    from hoodie.logfile import BlockType, HeaderKey, encode_block
+
+    table = hudi_table("mor/avro/v6_trips_8i1u")
+    log = _only_log_file(table)
+    inflight = "20990101000000000"
+    (table / ".hoodie" / f"{inflight}.deltacommit.requested").write_bytes(b"")
+    (table / ".hoodie" / f"{inflight}.deltacommit.inflight").write_bytes(b"")
+    block = encode_block(BlockType.AVRO_DATA, {HeaderKey.INSTANT_TIME: inflight}, b"\x00" * 400)
+    log.write_bytes(log.read_bytes() + block[: len(block) // 2])
+    out = tmp_path / "x.parquet"
+    code, _, err = run("read", str(table), "--output", str(out))
+    assert code == 0, err
+    expected = sum(b.num_rows for b in hudi.HudiTableBuilder(str(table)).build().read())
+    assert pq.read_table(out).num_rows == expected == 8
+
+
+def test_torn_block_of_a_committed_instant_still_fails(hudi_table, tmp_path: Path) -> None:
+    from hoodie.logfile import BlockType, HeaderKey, encode_block
+
+    table = hudi_table("mor/avro/v6_trips_8i1u")
+    log = _only_log_file(table)
+    committed = sorted(p.name.split(".")[0] for p in (table / ".hoodie").glob("*.deltacommit"))[-1]
+    block = encode_block(BlockType.AVRO_DATA, {HeaderKey.INSTANT_TIME: committed}, b"\x00" * 400)
+    log.write_bytes(log.read_bytes() + block[: len(block) // 2])
+    code, _, err = run("read", str(table), "--output", str(tmp_path / "x.parquet"))
+    assert code == EXIT_CORRUPT
+    assert_one_line_error(err, log.name, "truncated")
+
+
+def test_bad_as_of_and_missing_output_folder_are_usage_errors(shared_table, tmp_path: Path) -> None:
+    table = shared_table("cow/v8_nonpartitioned")
+    code, _, err = run("read", str(table), "--output", str(tmp_path / "x.parquet"), "--as-of", "yesterday")
+    assert code == 2 and "yesterday" in err
+    code, _, err = run("read", str(table), "--output", str(tmp_path / "missing" / "x.parquet"))
+    assert code == 2 and "does not exist" in err
+
+
+def test_export_is_readable_by_others(shared_table, tmp_path: Path) -> None:
+    table = shared_table("cow/v8_nonpartitioned")
+    old = os.umask(0o022)
+    try:
+        code, _, err = run("read", str(table), "--output", str(tmp_path / "x.parquet"))
+    finally:
+        os.umask(old)
+    assert code == 0, err
+    assert (tmp_path / "x.parquet").stat().st_mode & 0o777 == 0o644
+
+
+def test_partial_update_mode_is_refused(hudi_table, tmp_path: Path) -> None:
+    table = hudi_table("mor/avro/v8_trips_8i3u1d")  # its latest slices have log files to merge
+    props = table / ".hoodie/hoodie.properties"
+    props.write_text(props.read_text() + "hoodie.table.partial.update.mode=IGNORE_DEFAULTS\n")
+    code, _, err = run("read", str(table), "--output", str(tmp_path / "x.parquet"))
+    assert code == EXIT_UNSUPPORTED
+    assert_one_line_error(err, "partial update mode IGNORE_DEFAULTS")
