@@ -107,6 +107,7 @@ def test_completion_time_slicing_of_the_mdt(shared_table) -> None:
 def test_pending_data_compaction_drops_its_outputs(hudi_table, caplog) -> None:
     root = hudi_table(V8)
     (root / f".hoodie/timeline/{V8_COMPACTION}_20251220210129883.commit").unlink()
+    caplog.set_level(logging.DEBUG, logger="hoodie.metadata")
     storage, timeline, mdt = open_table(root)
     assert mdt is not None
     assert V8_COMPACTION not in mdt.valid_instants  # its MDT delta commit no longer counts
