@@ -20,6 +20,9 @@ are deleted whole once the replacing instant is older than the ECTR (with
 ``KEEP_LATEST_FILE_VERSIONS``: at once). Only committed files are considered: files of
 pending or failed writes are not the cleaner's business (rollback removes those).
 
+Tables with a metadata table are refused until hoodied can write it (the clean's deletions
+must reach the metadata table's file listing in the same transaction).
+
 Incremental planning (``hoodie.clean.incremental.enabled``, default on): with a completed
 clean whose ECTR is still on the active timeline, only partitions written by instants in
 [previous ECTR, new ECTR) are looked at, plus partitions of savepoints removed since.
@@ -40,6 +43,7 @@ from typing import Any
 from hoodie.filenames import BaseFileName
 from hoodie.fsview import FileGroup, FilesByPartition, FileSlice, FileSystemView
 from hoodie.instant import WRITE_ACTIONS, Action, Instant
+from hoodie.metadata import require_no_metadata_table
 from hoodie.plans import ClusteringPlan, CompactionPlan
 from hoodie.properties import TableConfig
 from hoodie.storage import Storage
@@ -281,7 +285,13 @@ def plan_clean(
     *,
     now: datetime | None = None,
 ) -> CleanPlanResult:
-    """Plan a clean of the table as it is now (the caller holds the lock and writes the plan)."""
+    """Plan a clean of the table as it is now (the caller holds the lock and writes the plan).
+
+    Tables with a metadata table are refused (``UnsupportedTableError``), exactly as
+    ``executors.clean`` refuses to execute a clean there: both use
+    ``hoodie.metadata.require_no_metadata_table``.
+    """
+    require_no_metadata_table(storage, config, "clean")
     settings = settings or CleanSettings()
     pending_clean = timeline.pending((Action.CLEAN,))
     if pending_clean:

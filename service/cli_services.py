@@ -12,6 +12,11 @@ metadata-table commit would corrupt what readers see.
 ``<T>.clean.requested``; prints the new instant and a summary, or why nothing is due. A
 pending clean blocks a new plan, so concurrent schedulers produce exactly one.
 
+``execute TABLE [--instant T]``: run pending clean instants (``executors.clean``), whoever
+requested them (a plan written by Apache Hudi included): all of them, oldest first, or the
+one given. Other pending actions are listed as having no executor yet and left untouched; a
+clean whose heartbeat is alive belongs to another executor and is skipped.
+
 The lock options are shared by every command that writes the timeline: ``--lock local``
 (a file lock under ``.hoodie/.locks``, one host) or ``--lock redis://HOST:PORT/DB``.
 Apache Hudi writers running beside hoodied must use the same lock for plans and completions
@@ -21,12 +26,14 @@ to be serialized with theirs.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import click
 
+from executors.clean import DEFAULT_PARALLELISM, CleanResult, execute_clean
 from executors.rollback import RollbackResult, execute_rollback
-from hoodie.errors import InstantStateError, UnsupportedTableError
+from hoodie.errors import HoodieFormatError, InstantStateError, UnsupportedTableError
 from hoodie.fsview import list_storage
 from hoodie.heartbeat import (
     DEFAULT_INTERVAL_MS,
@@ -36,6 +43,7 @@ from hoodie.heartbeat import (
 )
 from hoodie.instant import Action, Instant, State, require_instant_time
 from hoodie.locks import LockSettings, TableLock
+from hoodie.metadata import require_no_metadata_table
 from hoodie.properties import load_table_config
 from hoodie.storage import Storage, storage_for
 from hoodie.timeline import Timeline
@@ -45,16 +53,22 @@ from planners.clean import CleanPlanResult, CleanPolicy, CleanSettings, plan_cle
 from planners.rollback import is_table_service, pending_rollback_for, schedule_rollback
 from service.locks import lock_from_option
 
-__all__ = ["COMMANDS", "lock_options", "rollback", "rollback_failed_attempt", "schedule", "schedule_clean"]
+__all__ = [
+    "COMMANDS",
+    "ExecuteOutcome",
+    "execute",
+    "execute_pending",
+    "lock_options",
+    "rollback",
+    "rollback_failed_attempt",
+    "schedule",
+    "schedule_clean",
+]
 
 
 def refuse_metadata_table(storage: Storage, what: str) -> None:
-    config = load_table_config(storage)
-    if config.metadata_table_available:
-        raise UnsupportedTableError(
-            f"{storage.base_uri}: the table has a metadata table; {what} needs the metadata-table writer, "
-            "which hoodied does not have yet (nothing was changed)"
-        )
+    """The one metadata-table refusal of every service command (``hoodie.metadata``'s rule)."""
+    require_no_metadata_table(storage, load_table_config(storage), what)
 
 
 def rollback_failed_attempt(
@@ -126,6 +140,82 @@ def schedule_clean(
             return None, result
         writer = TimelineWriter(storage, config, lock, time_settings=time_settings)
         return writer.schedule(Action.CLEAN, result.plan), result
+
+
+@dataclass(slots=True)
+class ExecuteOutcome:
+    """One pending instant ``execute`` looked at: what happened to it, in one line."""
+
+    instant: Instant
+    status: str
+    """``executed``, ``skipped`` (live executor) or ``no-executor``."""
+    message: str
+    clean: CleanResult | None = None
+
+
+def _no_executor(timeline: Timeline, inst: Instant) -> str:
+    t, action = inst.requested_time, inst.action.value
+    if inst.action is Action.ROLLBACK:
+        try:
+            target = ((timeline.read_plan(inst) or {}).get("instantToRollback") or {}).get("commitTime")
+        except HoodieFormatError:
+            target = None  # reported as it is; `hoodied rollback` gives the error
+        if target:
+            return f"{t} rollback: pending; finish it with `hoodied rollback TABLE --instant {target}`"
+    return f"{t} {action} ({inst.state.value}): no executor yet, left untouched"
+
+
+def execute_pending(
+    storage: Storage,
+    lock: TableLock,
+    instant_time: str | None = None,
+    *,
+    time_settings: TimeSettings | None = None,
+    parallelism: int = DEFAULT_PARALLELISM,
+    heartbeat_interval_ms: int = DEFAULT_INTERVAL_MS,
+    tolerable_misses: int = DEFAULT_TOLERABLE_MISSES,
+    force: bool = False,
+) -> list[ExecuteOutcome]:
+    """Run pending cleans (all, oldest first, or ``instant_time``); report every other pending instant.
+
+    With ``instant_time``: a completed clean is reported as such, a pending instant of
+    another action raises ``UnsupportedTableError`` (no executor yet; left untouched) and a
+    clean owned by a live executor raises ``InstantStateError``.
+    """
+    refuse_metadata_table(storage, "execute")
+    config = load_table_config(storage)
+    timeline = Timeline.load(storage, config)
+    if instant_time is not None:
+        inst = timeline.get(instant_time)
+        if inst is None:
+            raise InstantStateError(f"{storage.base_uri}: no instant {instant_time} on the active timeline")
+        if inst.action is not Action.CLEAN:
+            if inst.is_completed:
+                raise InstantStateError(
+                    f"{instant_time}: {inst.action.value} is completed, nothing to execute"
+                )
+            raise UnsupportedTableError(_no_executor(timeline, inst))
+        targets = [inst]
+    else:
+        targets = timeline.pending()  # sorted by requested time
+    outcomes: list[ExecuteOutcome] = []
+    for inst in targets:
+        if inst.action is not Action.CLEAN:
+            outcomes.append(ExecuteOutcome(inst, "no-executor", _no_executor(timeline, inst)))
+            continue
+        try:
+            result = execute_clean(
+                storage, config, lock, inst.requested_time, time_settings=time_settings,
+                parallelism=parallelism, heartbeat_interval_ms=heartbeat_interval_ms,
+                tolerable_misses=tolerable_misses, force=force,
+            )
+        except InstantStateError as exc:
+            if instant_time is not None or "live heartbeat" not in str(exc):
+                raise
+            outcomes.append(ExecuteOutcome(inst, "skipped", f"{inst.requested_time} clean: skipped, {exc}"))
+            continue
+        outcomes.append(ExecuteOutcome(result.instant, "executed", result.summary(), result))
+    return outcomes
 
 
 def lock_options(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -248,5 +338,37 @@ def schedule_clean_command(table: str, policy: str, retained: int | None, dry_ru
         click.echo(result.summary())
 
 
+@click.command()
+@click.argument("table")
+@click.option("--instant", "instant_time", default=None, help="Run only this pending instant (default: all).")
+@click.option("--parallelism", type=click.IntRange(min=1), default=DEFAULT_PARALLELISM, show_default=True,
+              help="Files deleted at the same time.")
+@click.option("--heartbeat-interval-ms", type=click.IntRange(min=10), default=DEFAULT_INTERVAL_MS,
+              show_default=True, help="hoodie.client.heartbeat.interval_in_ms (same for every executor).")
+@click.option("--force", is_flag=True,
+              help="Run a clean even when its heartbeat says another executor is alive.")
+@lock_options
+def execute(table: str, instant_time: str | None, parallelism: int, heartbeat_interval_ms: int, force: bool,
+            lock_option: str, lock_wait_ms: int, lock_retries: int, clock_skew_ms: int) -> None:
+    """Run pending clean instants of TABLE (whoever planned them), oldest first; list the rest."""
+    if instant_time is not None:
+        require_instant_time(instant_time)
+    storage = storage_for(table)
+    settings = LockSettings(wait_ms=lock_wait_ms, retries=lock_retries)
+    lock, factory = lock_from_option(lock_option, storage, settings)
+    try:
+        outcomes = execute_pending(
+            storage, lock, instant_time, time_settings=TimeSettings(max_expected_clock_skew_ms=clock_skew_ms),
+            parallelism=parallelism, heartbeat_interval_ms=heartbeat_interval_ms, force=force,
+        )
+    finally:
+        if factory is not None:
+            factory.close()
+    if not outcomes:
+        click.echo("nothing pending")
+    for outcome in outcomes:
+        click.echo(outcome.message)
+
+
 #: Commands for ``service.cli`` to add to its group.
-COMMANDS = [rollback, schedule]
+COMMANDS = [execute, rollback, schedule]
