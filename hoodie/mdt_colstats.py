@@ -7,6 +7,7 @@ This module owns how Hudi turns a parquet footer into ``HoodieMetadataColumnStat
   (statistics of the physical values, as parquet stores them), ``nullCount`` = sum of null
   counts, ``valueCount`` = sum of the chunks' ``num_values`` (nulls included), ``totalSize`` /
   ``totalUncompressedSize`` = sums of the chunks' compressed / uncompressed sizes;
+- a file without row groups (every row deleted) gets no records at all;
 - the indexed columns are the ``sourceFields`` of the ``column_stats`` index definition
   (``.hoodie/.index_defs/index.json``); columns missing from a file are skipped;
 - table version 9 ("V2" value types) wraps min/max by the column's parquet logical type and
@@ -28,7 +29,7 @@ from __future__ import annotations
 import json
 import math
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from enum import IntEnum
 from typing import Any
@@ -263,9 +264,8 @@ def column_ranges(
                 chunk.total_uncompressed_size,
             )
             merged = piece if merged is None else _merge(merged, piece)
-        if merged is None:  # a file without row groups: no values at all
-            merged = ColumnRange(file_name, name, vtype, info, None, None, 0, 0, 0, 0)
-        out.append(merged)
+        if merged is not None:  # a file without row groups (all rows deleted) gets no stats at all
+            out.append(merged)
     return out
 
 
@@ -340,7 +340,7 @@ def partition_stats_records(
     return out
 
 
-def index_definitions(storage: Storage, props: dict[str, str] | Any) -> dict[str, dict[str, Any]]:
+def index_definitions(storage: Storage, props: Mapping[str, str]) -> dict[str, dict[str, Any]]:
     """The table's index definitions (``hoodie.table.index.defs.path``), by index name; {} if none."""
     path = props.get(INDEX_DEFS_PROPERTY)
     if not path or not storage.exists(path):
@@ -354,7 +354,7 @@ def index_definitions(storage: Storage, props: dict[str, str] | Any) -> dict[str
     return defs
 
 
-def column_stats_columns(storage: Storage, props: dict[str, str] | Any) -> tuple[str, ...] | None:
+def column_stats_columns(storage: Storage, props: Mapping[str, str]) -> tuple[str, ...] | None:
     """The ``sourceFields`` of the ``column_stats`` index, or None when it is not defined."""
     definition = index_definitions(storage, props).get("column_stats")
     if definition is None:

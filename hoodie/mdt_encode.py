@@ -100,6 +100,15 @@ def metadata_schema_json(table_version: int) -> str:
 
 
 @cache
+def metadata_payload_schema_json(table_version: int) -> str:
+    """The same schema without the ``_hoodie_*`` meta fields: ``extraMetadata.schema`` of MDT
+    delta commits (the MDT does not populate meta fields)."""
+    full = metadata_schema_json(table_version)
+    start, end = full.index('{"name":"_hoodie_commit_time"'), full.index('{"name":"key"')
+    return full[:start] + full[end:]
+
+
+@cache
 def metadata_schema(table_version: int) -> Schema:
     return fastavro.parse_schema(json.loads(metadata_schema_json(table_version)))
 

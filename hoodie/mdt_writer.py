@@ -1,0 +1,251 @@
+"""Metadata-table delta commits: the MDT side of a data-table instant.
+
+For a data-table instant T that adds or removes files, Hudi writes an MDT delta commit with the
+same requested time T and completes it *before* T completes on the data timeline
+(``HoodieBackedTableMetadataWriter``). Readers only honour MDT instants whose data instant is
+completed, so a crash between the two leaves readers on the old state, and a re-run finishes
+the job. This module writes that delta commit:
+
+1. ``T.deltacommit.requested`` (empty) and ``T.deltacommit.inflight`` (HoodieCommitMetadata,
+   no write stats, ``UPSERT_PREPPED``) on the MDT timeline, through ``TimelineWriter``;
+2. per MDT partition, records routed to file groups by ``file_group_index`` (file groups =
+   the partition's existing file ids, sorted); every file group that receives records gets a
+   new log file ``.<fileId>_<T>.log.1_<writeToken>`` holding one HFILE_DATA block
+   (``mdt_encode.encode_hfile_data_block``), written once;
+3. ``T_<completion>.deltacommit``: one write stat per log file (path
+   ``<partition>/<log file>``, ``prevCommit`` T, counts, sizes, ``logVersion`` 1) and
+   ``extraMetadata.schema`` = the record schema without meta fields.
+
+Re-running T: a completed MDT delta commit T is left as it is (its records are a function of
+the data instant, so they are already there); a pending one (a crash in the middle) has its
+uncommitted log files of T deleted and is then written again. (Hudi records that clean-up as
+an MDT rollback instant; readers skip the blocks of a pending instant either way.)
+
+Which MDT partitions get which records is the caller's business (``mdt_encode``,
+``mdt_colstats``); ``unmaintained_partitions`` tells which MDT partitions of a table a caller
+cannot keep exact (and must therefore refuse to run for). The caller holds the data table's lock throughout.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from hoodie.errors import UnsupportedTableError
+from hoodie.filenames import BaseFileName, LogFileName, make_write_token
+from hoodie.instant import Action, Instant, State
+from hoodie.locks import TableLock
+from hoodie.logfile import write_log_file
+from hoodie.mdt_encode import (
+    MetadataRecord,
+    encode_hfile_data_block,
+    file_group_index,
+    metadata_payload_schema_json,
+)
+from hoodie.metadata import METADATA_FOLDER
+from hoodie.properties import TableConfig, load_table_config
+from hoodie.storage import Storage
+from hoodie.timeline_writer import TimelineWriter
+from hoodie.truetime import TimeSettings, TrueTime
+
+log = logging.getLogger(__name__)
+
+__all__ = ["MdtLogFile", "MetadataWriter", "unmaintained_partitions"]
+
+UPSERT_PREPPED = "UPSERT_PREPPED"
+
+
+@dataclass(frozen=True, slots=True)
+class MdtLogFile:
+    """One log file written by an MDT delta commit."""
+
+    partition: str  # MDT partition, e.g. "files"
+    file_id: str  # e.g. "files-0000-0"
+    name: str  # log file name
+    size: int
+    records: int
+
+    @property
+    def path(self) -> str:
+        return f"{self.partition}/{self.name}"
+
+
+class MetadataWriter:
+    """Writes MDT delta commits of one data table (table version 8 or 9)."""
+
+    def __init__(
+        self,
+        data_storage: Storage,
+        data_config: TableConfig,
+        lock: TableLock,
+        *,
+        truetime: TrueTime | None = None,
+        time_settings: TimeSettings | None = None,
+    ) -> None:
+        if data_config.version not in (8, 9):
+            raise UnsupportedTableError(
+                "metadata table writes need table version 8 or 9; "
+                f"this table is version {data_config.version}"
+            )
+        if not data_config.metadata_table_available:
+            raise UnsupportedTableError(f"{METADATA_FOLDER}: the table has no metadata table to write")
+        self.data_config = data_config
+        self.lock = lock
+        self.storage = data_storage.child(METADATA_FOLDER)
+        self.config = load_table_config(self.storage, metadata_table=True)
+        self.timeline = TimelineWriter(
+            self.storage, self.config, lock, truetime=truetime, time_settings=time_settings
+        )
+
+    @property
+    def partitions(self) -> tuple[str, ...]:
+        """The MDT partitions the data table declares complete (``hoodie.table.metadata.partitions``)."""
+        return tuple(self.data_config.metadata_partitions)
+
+    def file_groups(self, mdt_partition: str) -> list[str]:
+        """The file ids of an MDT partition, sorted (index i is file group i)."""
+        ids = set()
+        for info in self.storage.list(mdt_partition):
+            name = BaseFileName.parse(info.name) or LogFileName.parse(info.name)
+            if name is not None and not info.is_dir:
+                ids.add(name.file_id)
+        if not ids:
+            raise UnsupportedTableError(
+                f"{METADATA_FOLDER}/{mdt_partition}: MDT partition has no file groups"
+            )
+        return sorted(ids)
+
+    # ------------------------------------------------------------------ the delta commit
+
+    def write_deltacommit(
+        self,
+        instant_time: str,
+        records: Mapping[str, Iterable[MetadataRecord]],
+        *,
+        operation: str = UPSERT_PREPPED,
+    ) -> Instant:
+        """Write and complete MDT delta commit ``instant_time`` holding ``records`` per MDT partition.
+
+        Returns the completed MDT instant. Idempotent: see the module docstring.
+        """
+        unknown = sorted(set(records) - set(self.partitions))
+        if unknown:
+            raise UnsupportedTableError(
+                f"{METADATA_FOLDER}: MDT partition {', '.join(unknown)} is not among the table's "
+                f"metadata partitions ({', '.join(self.partitions)})"
+            )
+        existing = self.timeline.files(instant_time, Action.DELTA_COMMIT)
+        if existing.latest_state is State.COMPLETED:
+            done = existing.instant()
+            assert done is not None
+            log.info("%s: MDT delta commit %s already completed", METADATA_FOLDER, instant_time)
+            return done
+        # Route and encode everything before touching the timeline: a bad record fails here.
+        blocks: list[tuple[str, str, int, bytes]] = []  # (partition, file id, records, block)
+        for partition in sorted(records):
+            groups = self.file_groups(partition)
+            routed: dict[int, list[MetadataRecord]] = {}
+            for record in records[partition]:
+                routed.setdefault(file_group_index(record[0], len(groups)), []).append(record)
+            for index in sorted(routed):
+                block = encode_hfile_data_block(routed[index], instant_time, self.data_config.version)
+                blocks.append((partition, groups[index], len(routed[index]), block))
+        if existing.latest_state is not None:
+            self._delete_uncommitted_logs(instant_time)
+        self.timeline.create_requested(Action.DELTA_COMMIT, instant_time, None)
+        self.timeline.transition_to_inflight(
+            instant_time, Action.DELTA_COMMIT, self._commit_metadata({}, operation, with_schema=False)
+        )
+        stats: dict[str, list[dict[str, Any]]] = {}
+        for token, (partition, file_id, count, block) in enumerate(blocks):
+            name = LogFileName(file_id, instant_time, 1, make_write_token(token, 0, 0)).format()
+            self.lock.ensure_held()
+            size = write_log_file(self.storage, f"{partition}/{name}", [block])
+            log.info(
+                "%s/%s/%s: written (%d records, %d bytes)", METADATA_FOLDER, partition, name, count, size
+            )
+            lf = MdtLogFile(partition, file_id, name, size, count)
+            stats.setdefault(partition, []).append(_write_stat(lf, instant_time))
+        return self.timeline.complete(
+            instant_time, Action.DELTA_COMMIT, self._commit_metadata(stats, operation, with_schema=True)
+        )
+
+    def _delete_uncommitted_logs(self, instant_time: str) -> None:
+        """Remove the log files a failed attempt of ``instant_time`` left in the MDT partitions."""
+        for partition in (*self.partitions, *self.data_config.metadata_partitions_inflight):
+            if not partition or not self.storage.exists(partition):
+                continue
+            for info in self.storage.list(partition):
+                name = LogFileName.parse(info.name)
+                if name is not None and name.instant_time == instant_time:
+                    self.lock.ensure_held()
+                    self.storage.delete(f"{partition}/{info.name}")
+                    log.warning(
+                        "%s/%s/%s: removed, left by a failed attempt of MDT delta commit %s",
+                        METADATA_FOLDER,
+                        partition,
+                        info.name,
+                        instant_time,
+                    )
+
+    def _commit_metadata(
+        self, stats: Mapping[str, list[dict[str, Any]]], operation: str, *, with_schema: bool
+    ) -> dict[str, Any]:
+        extra = {"schema": metadata_payload_schema_json(self.data_config.version)} if with_schema else {}
+        return {
+            "partitionToWriteStats": dict(stats),
+            "compacted": False,
+            "extraMetadata": extra,
+            "version": None,
+            "operationType": operation,
+        }
+
+
+def unmaintained_partitions(data_config: TableConfig, maintained: Iterable[str]) -> list[str]:
+    """MDT partitions of the table (complete or being built) that are not in ``maintained``.
+
+    A service that changes files must refuse to run while this is non-empty: writing only some
+    MDT partitions would leave the others silently stale.
+    """
+    declared = [*data_config.metadata_partitions, *data_config.metadata_partitions_inflight]
+    keep = set(maintained)
+    return sorted({p for p in declared if p and p not in keep})
+
+
+def _write_stat(lf: MdtLogFile, instant_time: str) -> dict[str, Any]:
+    """A ``HoodieWriteStat`` of an MDT log file, as Hudi's append handle reports it."""
+    return {
+        "fileId": lf.file_id,
+        "path": lf.path,
+        "cdcStats": None,
+        "prevCommit": instant_time,
+        "numWrites": lf.records,
+        "numDeletes": 0,
+        "numUpdateWrites": lf.records,
+        "numInserts": 0,
+        "totalWriteBytes": lf.size,
+        "totalWriteErrors": 0,
+        "tempPath": None,
+        "partitionPath": lf.partition,
+        "totalLogRecords": 0,
+        "totalLogFilesCompacted": 0,
+        "totalLogSizeCompacted": 0,
+        "totalUpdatedRecordsCompacted": 0,
+        "totalLogBlocks": 0,
+        "totalCorruptLogBlock": 0,
+        "totalRollbackBlocks": 0,
+        "fileSizeInBytes": lf.size,
+        "minEventTime": None,
+        "maxEventTime": None,
+        "runtimeStats": {"totalScanTime": 0, "totalUpsertTime": 0, "totalCreateTime": 0},
+        "logVersion": 1,
+        "logOffset": 0,
+        "baseFile": "",
+        "logFiles": [lf.name],
+        "totalLogFiles": None,
+        "prevBaseFile": None,
+        "totalLogReadTimeMs": 0,
+        "numUpdates": 0,
+    }
