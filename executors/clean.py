@@ -30,8 +30,15 @@ Steps (``execute_clean``), each safe to repeat after a crash at any point:
    incremental clean needs) come from the plan. Layout 2 names it ``<T>_<completion>.clean``
    with a TrueTime completion time; layout 1 ``<T>.clean``. Then the heartbeat goes.
 
-Tables with a metadata table are refused before anything is read from the plan
-(``hoodie.metadata.require_no_metadata_table``, the same rule the planner applies).
+Tables with a metadata table (table version 8 and 9): between steps 2 and 3, under the lock,
+the MDT delta commit with the clean's instant time T is written and completed
+(``hoodie.mdt_writer.MetadataWriter``, records from ``hoodie.mdt_clean.clean_records``), so
+it completes before the clean does, as in Hudi. Its records are a function of the plan
+(``deletePathPatterns``), so a re-run writes the same ones: a completed MDT delta commit T is
+kept, a partial one (a crash in the middle of its log write) has its uncommitted log files
+removed and is written again. A table with an MDT partition a clean cannot keep exact is
+refused before anything is written (``hoodie.mdt_clean.require_clean_maintainable``, the
+same rule the planner applies).
 
 Test hook: with ``HOODIED_TEST_PAUSE_AT`` set to one of ``PAUSE_POINTS`` the executor
 writes the file named by ``HOODIED_TEST_PAUSE_READY`` when it reaches that point and sleeps
@@ -59,7 +66,9 @@ from hoodie.heartbeat import (
 )
 from hoodie.instant import Action, Instant, State
 from hoodie.locks import TableLock
-from hoodie.metadata import require_no_metadata_table
+from hoodie.mdt_clean import clean_records, require_clean_maintainable
+from hoodie.mdt_writer import MetadataWriter
+from hoodie.metadata import metadata_table_in_use
 from hoodie.properties import TableConfig
 from hoodie.storage import Storage
 from hoodie.timeline import Timeline
@@ -81,7 +90,7 @@ __all__ = [
 CLEAN_METADATA_VERSION = 2
 DEFAULT_PARALLELISM = 8
 #: Where the test hook can stop the executor (in this order).
-PAUSE_POINTS = ("requested", "inflight", "deletes-half", "deletes-done")
+PAUSE_POINTS = ("requested", "inflight", "deletes-half", "deletes-done", "mdt-log-written", "mdt-done")
 _PAUSE_ENV = "HOODIED_TEST_PAUSE_AT"
 _READY_ENV = "HOODIED_TEST_PAUSE_READY"
 _SLEEP_ENV = "HOODIED_TEST_PAUSE_S"
@@ -392,10 +401,10 @@ def execute_clean(
 
     Raises ``InstantStateError`` when there is no such clean or a live executor owns it
     (its heartbeat is fresh; ``force`` overrides), ``HoodieFormatError`` for a plan that
-    cannot be executed, ``UnsupportedTableError`` for a table with a metadata table; in all
-    these cases nothing was changed.
+    cannot be executed, ``UnsupportedTableError`` for a table whose metadata table a clean
+    cannot keep exact; in all these cases nothing was changed.
     """
-    require_no_metadata_table(storage, config, "executing a clean")
+    require_clean_maintainable(storage, config, "executing a clean")
     if parallelism < 1:
         raise ValueError("clean parallelism must be at least 1")
     started = time.monotonic()
@@ -413,6 +422,7 @@ def execute_clean(
             return CleanResult(inst, was_completed=True)
         where = timeline.state_files(inst).get(State.REQUESTED) or timeline.state_file(inst)
         plan = _read_plan(storage, timeline, inst, where)
+        require_clean_maintainable(storage, config, "executing a clean", plan.partitions_to_delete)
         alive = not is_heartbeat_expired(storage, clean_time, interval_ms=heartbeat_interval_ms,
                                          tolerable_misses=tolerable_misses)
         if alive and not force:
@@ -442,9 +452,27 @@ def execute_clean(
         _pause("deletes-done")
         metadata = _metadata(plan, clean_time, result, int((time.monotonic() - started) * 1000))
         with lock:
+            if metadata_table_in_use(storage, config) is not None:
+                _write_metadata_table(storage, config, lock, clean_time, plan, time_settings)
+                _pause("mdt-done")
             lock.ensure_held()
             result.instant = writer.complete(clean_time, Action.CLEAN, metadata)
     finally:
         heartbeat.stop(delete=True)
     log.info("%s", result.summary())
     return result
+
+
+def _write_metadata_table(
+    storage: Storage,
+    config: TableConfig,
+    lock: TableLock,
+    clean_time: str,
+    plan: ResolvedPlan,
+    time_settings: TimeSettings | None,
+) -> None:
+    """The MDT delta commit of the clean (the caller holds the lock; see the module docstring)."""
+    deleted = {p: [f.file_name for f in entries] for p, entries in plan.files.items()}
+    records = clean_records(storage, config, clean_time, deleted)
+    mdt = MetadataWriter(storage, config, lock, time_settings=time_settings)
+    mdt.write_deltacommit(clean_time, records, after_log=lambda: _pause("mdt-log-written"))

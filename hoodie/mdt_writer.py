@@ -29,7 +29,7 @@ cannot keep exact (and must therefore refuse to run for). The caller holds the d
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -125,10 +125,12 @@ class MetadataWriter:
         records: Mapping[str, Iterable[MetadataRecord]],
         *,
         operation: str = UPSERT_PREPPED,
+        after_log: Callable[[], None] | None = None,
     ) -> Instant:
         """Write and complete MDT delta commit ``instant_time`` holding ``records`` per MDT partition.
 
-        Returns the completed MDT instant. Idempotent: see the module docstring.
+        Returns the completed MDT instant. Idempotent: see the module docstring. ``after_log``
+        is called after each log file is written (a test hook for crashes mid-write).
         """
         unknown = sorted(set(records) - set(self.partitions))
         if unknown:
@@ -168,6 +170,8 @@ class MetadataWriter:
             )
             lf = MdtLogFile(partition, file_id, name, size, count)
             stats.setdefault(partition, []).append(_write_stat(lf, instant_time))
+            if after_log is not None:
+                after_log()
         return self.timeline.complete(
             instant_time, Action.DELTA_COMMIT, self._commit_metadata(stats, operation, with_schema=True)
         )

@@ -85,10 +85,11 @@ def metadata_table_in_use(storage: Storage, config: TableConfig) -> str | None:
 
 
 def require_no_metadata_table(storage: Storage, config: TableConfig, what: str) -> None:
-    """Refuse ``what`` (a clean, a rollback...) on a table with a metadata table.
+    """Refuse ``what`` (a rollback...) on a table with a metadata table.
 
-    hoodied cannot write the metadata table yet; changing data files without the matching
-    metadata-table commit would corrupt what readers see, so nothing is changed.
+    For services that do not write their metadata-table commit yet (cleans do:
+    ``hoodie.mdt_clean.require_clean_maintainable``); changing data files without the
+    matching metadata-table commit would corrupt what readers see, so nothing is changed.
     """
     why = metadata_table_in_use(storage, config)
     if why is not None:

@@ -43,7 +43,7 @@ from typing import Any
 from hoodie.filenames import BaseFileName
 from hoodie.fsview import FileGroup, FilesByPartition, FileSlice, FileSystemView
 from hoodie.instant import WRITE_ACTIONS, Action, Instant
-from hoodie.metadata import require_no_metadata_table
+from hoodie.mdt_clean import require_clean_maintainable
 from hoodie.plans import ClusteringPlan, CompactionPlan
 from hoodie.properties import TableConfig
 from hoodie.storage import Storage
@@ -287,11 +287,11 @@ def plan_clean(
 ) -> CleanPlanResult:
     """Plan a clean of the table as it is now (the caller holds the lock and writes the plan).
 
-    Tables with a metadata table are refused (``UnsupportedTableError``), exactly as
-    ``executors.clean`` refuses to execute a clean there: both use
-    ``hoodie.metadata.require_no_metadata_table``.
+    Tables whose metadata table a clean cannot keep exact are refused (``UnsupportedTableError``),
+    exactly as ``executors.clean`` refuses to execute a clean there: both use
+    ``hoodie.mdt_clean.require_clean_maintainable``.
     """
-    require_no_metadata_table(storage, config, "clean")
+    require_clean_maintainable(storage, config, "clean")
     settings = settings or CleanSettings()
     pending_clean = timeline.pending((Action.CLEAN,))
     if pending_clean:

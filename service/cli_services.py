@@ -43,6 +43,7 @@ from hoodie.heartbeat import (
 )
 from hoodie.instant import Action, Instant, State, require_instant_time
 from hoodie.locks import LockSettings, TableLock
+from hoodie.mdt_clean import require_clean_maintainable
 from hoodie.metadata import require_no_metadata_table
 from hoodie.properties import load_table_config
 from hoodie.storage import Storage, storage_for
@@ -67,7 +68,8 @@ __all__ = [
 
 
 def refuse_metadata_table(storage: Storage, what: str) -> None:
-    """The one metadata-table refusal of every service command (``hoodie.metadata``'s rule)."""
+    """The metadata-table refusal of services that do not write the MDT yet (rollback);
+    cleans use ``hoodie.mdt_clean.require_clean_maintainable``."""
     require_no_metadata_table(storage, load_table_config(storage), what)
 
 
@@ -131,8 +133,8 @@ def schedule_clean(
     A clean already pending blocks a new one, so two schedulers racing for the lock produce
     exactly one plan.
     """
-    refuse_metadata_table(storage, "clean")
     config = load_table_config(storage)
+    require_clean_maintainable(storage, config, "clean")
     with lock:
         timeline = Timeline.load(storage, config)
         result = plan_clean(storage, config, timeline, list_storage(storage, config), settings)
@@ -182,8 +184,8 @@ def execute_pending(
     another action raises ``UnsupportedTableError`` (no executor yet; left untouched) and a
     clean owned by a live executor raises ``InstantStateError``.
     """
-    refuse_metadata_table(storage, "execute")
     config = load_table_config(storage)
+    require_clean_maintainable(storage, config, "execute")
     timeline = Timeline.load(storage, config)
     if instant_time is not None:
         inst = timeline.get(instant_time)

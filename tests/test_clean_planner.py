@@ -243,13 +243,18 @@ def test_cli_schedule_clean(hudi_table) -> None:  # type: ignore[no-untyped-def]
     assert versions.exit_code == 0 and f"clean {t} is still pending" in versions.output
 
 
-def test_clean_on_a_table_with_a_metadata_table_is_refused(hudi_table) -> None:  # type: ignore[no-untyped-def]
+def test_clean_on_a_table_with_an_unmaintained_mdt_partition_is_refused(  # type: ignore[no-untyped-def]
+    hudi_table,
+) -> None:
+    from test_clean_executor import add_mdt_partition
+
     from hoodie.errors import UnsupportedTableError
     from service.cli_services import schedule_clean
 
     root = hudi_table("cow/v9_txns_simple_meta")
+    add_mdt_partition(root, "expr_index_city")
     storage = LocalStorage(str(root))
     before = sorted(p.name for p in (root / ".hoodie" / "timeline").iterdir())
-    with pytest.raises(UnsupportedTableError, match="metadata-table writer"):
+    with pytest.raises(UnsupportedTableError, match="MDT partition expr_index_city is not maintained"):
         schedule_clean(storage, InProcessLock(storage.base_uri), CleanSettings(commits_retained=1))
     assert sorted(p.name for p in (root / ".hoodie" / "timeline").iterdir()) == before
