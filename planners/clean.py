@@ -17,11 +17,15 @@ Always: slices holding a savepointed file are kept; slices a pending compaction 
 compaction needs (base instant >= the operation's base instant) are kept, and so are the
 slices a pending clustering reads; file groups replaced by a clustering or insert_overwrite
 are deleted whole once the replacing instant is older than the ECTR (with
-``KEEP_LATEST_FILE_VERSIONS``: at once). Only committed files are considered: files of
-pending or failed writes are not the cleaner's business (rollback removes those).
+``KEEP_LATEST_FILE_VERSIONS``: at once). Files of pending writes are never touched.
+Failed-write leftovers are: data files written by an instant that a completed rollback
+undid and that is neither pending nor completed on the timeline (a rollback that could not
+delete everything, a writer that kept writing after it was rolled back); they are planned
+for deletion whatever the retention, since no reader counts them. In table version 6 only
+base files can be attributed (log file names carry the slice's base instant there).
 
-Tables with a metadata table are refused until hoodied can write it (the clean's deletions
-must reach the metadata table's file listing in the same transaction).
+Tables with a metadata table are planned only where the clean can keep every metadata
+partition exact (``hoodie.mdt_clean.require_clean_maintainable``).
 
 Incremental planning (``hoodie.clean.incremental.enabled``, default on): with a completed
 clean whose ECTR is still on the active timeline, only partitions written by instants in
@@ -40,7 +44,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
-from hoodie.filenames import BaseFileName
+from hoodie.filenames import BaseFileName, LogFileName
 from hoodie.fsview import FileGroup, FilesByPartition, FileSlice, FileSystemView
 from hoodie.instant import WRITE_ACTIONS, Action, Instant
 from hoodie.mdt_clean import require_clean_maintainable
@@ -57,6 +61,7 @@ __all__ = [
     "CleanPolicy",
     "CleanSettings",
     "earliest_commit_to_retain",
+    "failed_write_leftovers",
     "plan_clean",
     "planned_files",
 ]
@@ -300,7 +305,10 @@ def plan_clean(
     completed_writes = [i for i in _writes(timeline) if i.is_completed]
     ectr = earliest_commit_to_retain(timeline, settings, config, now=now)
     by_commits = settings.policy is not CleanPolicy.KEEP_LATEST_FILE_VERSIONS
-    if by_commits and ectr is None:
+    listing = {p: list(v) for p, v in files_by_partition.items()}
+    savepointed, savepoint_times = _savepointed_files(timeline)
+    leftovers = failed_write_leftovers(timeline, config, listing, savepointed)
+    if by_commits and ectr is None and not leftovers:
         if settings.policy is CleanPolicy.KEEP_LATEST_COMMITS:
             why = (f"{len(completed_writes)} completed write instants, not more than the "
                    f"{settings.commits_retained} retained")
@@ -308,9 +316,9 @@ def plan_clean(
             why = f"no completed write instant in the last {settings.hours_retained} hours"
         return CleanPlanResult(None, why)
 
-    listing = {p: list(v) for p, v in files_by_partition.items()}
-    savepointed, savepoint_times = _savepointed_files(timeline)
     partitions, mode = _partitions_to_clean(timeline, settings, ectr, listing.keys(), savepoint_times)
+    if by_commits and ectr is None:
+        partitions, mode = [], "failed-write leftovers only"
     view = FileSystemView.build({p: listing[p] for p in partitions}, timeline, config)
     needs = _pending_needs(timeline)
 
@@ -329,6 +337,9 @@ def plan_clean(
                                   key in needs)
         if doomed:
             files.setdefault(group.partition, []).extend(doomed)
+    for partition, rels in leftovers.items():
+        planned = set(files.get(partition, ()))
+        files.setdefault(partition, []).extend(r for r in rels if r not in planned)
 
     if not files:
         return CleanPlanResult(None, f"no file slice outside retention ({mode})", ectr)
@@ -352,6 +363,34 @@ def plan_clean(
     }
     log.info("clean plan (%s): %d files in %d partitions", mode, sum(map(len, files.values())), len(files))
     return CleanPlanResult(plan, mode, ectr, {p: sorted(v) for p, v in files.items()})
+
+
+def failed_write_leftovers(
+    timeline: Timeline, config: TableConfig, listing: FilesByPartition, savepointed: set[str]
+) -> dict[str, list[str]]:
+    """Relative paths of data files whose writer a completed rollback undid, per partition."""
+    rolled_back = timeline.rolled_back_instants()
+    if not rolled_back:
+        return {}
+    on_timeline = {i.requested_time for i in timeline.instants}
+    undone = rolled_back - on_timeline
+    out: dict[str, list[str]] = {}
+    for partition, files in listing.items():
+        for name, _size in files:
+            writer = _writer_instant(name, config)
+            if writer in undone and name not in savepointed:
+                out.setdefault(partition, []).append(f"{partition}/{name}" if partition else name)
+    return out
+
+
+def _writer_instant(name: str, config: TableConfig) -> str | None:
+    base = BaseFileName.parse(name)
+    if base is not None:
+        return base.instant_time
+    if config.has_completion_time:
+        log_name = LogFileName.parse(name)
+        return log_name.instant_time if log_name is not None else None
+    return None
 
 
 def planned_files(plan: Mapping[str, Any]) -> list[str]:

@@ -554,3 +554,41 @@ def test_execute_points_a_pending_rollback_to_the_rollback_command(hudi_table) -
         f"{r} rollback: pending; finish it with `hoodied rollback TABLE --instant {c}`",
     ]
     assert _files(root) == before
+
+
+def test_failed_write_leftovers_are_cleaned(hudi_table) -> None:  # type: ignore[no-untyped-def]
+    """A base file of an instant a completed rollback undid (the rollback could not delete it)
+    is planned and deleted whatever the retention; nothing any reader counts changes."""
+    from hoodie.avro import write_single_record
+
+    root = hudi_table("cow/v9_txns_simple_nometa")
+    rows = _hudi_rs(root, None)
+    source = sorted((root / "region=eu").glob("*.parquet"))[0]
+    failed, rollback = "20260307135841000", "20260307135842000"
+    file_id = source.name.split("_")[0]
+    leftover = root / "region=eu" / f"{file_id}_0-99-99_{failed}.parquet"
+    shutil.copy(source, leftover)
+    metadata = {
+        "startRollbackTime": rollback,
+        "timeTakenInMillis": 1,
+        "totalFilesDeleted": 0,
+        "commitsRollback": [failed],
+        "partitionMetadata": {},
+        "version": 1,
+        "instantsRollback": [{"commitTime": failed, "action": "commit"}],
+    }
+    timeline = root / ".hoodie" / "timeline"
+    (timeline / f"{rollback}.rollback.inflight").write_bytes(b"")
+    (timeline / f"{rollback}_20260307135842100.rollback").write_bytes(
+        write_single_record(metadata, "HoodieRollbackMetadata")
+    )
+    assert _hudi_rs(root, None) == rows  # no reader counts the leftover
+    before = _files(root)
+    # 100 commits retained: nothing is due by retention, only the leftover
+    scheduled = _run("schedule", "clean", str(root), "--retained", "100", "--clock-skew-ms", "0")
+    assert scheduled.exit_code == 0, scheduled.output
+    executed = _run("execute", str(root), "--clock-skew-ms", "0")
+    assert executed.exit_code == 0, executed.output
+    gone = before - _files(root)
+    assert gone == {f"region=eu/{leftover.name}"}
+    assert _hudi_rs(root, None) == rows == _ours(root, None)
