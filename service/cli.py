@@ -231,9 +231,10 @@ def demo(path: str, as_json: bool) -> None:
 
 
 def _register_service_commands() -> None:
+    from service.cli_daemon import COMMANDS as DAEMON_COMMANDS
     from service.cli_services import COMMANDS
 
-    for command in COMMANDS:
+    for command in [*COMMANDS, *DAEMON_COMMANDS]:
         cli.add_command(command)
 
 

@@ -1,0 +1,545 @@
+"""The daemon's settings: one frozen, typed, validated tree, read from a YAML file, the environment and flags.
+
+Precedence (the one place it is defined; ``tests/test_daemon.py`` pins it)::
+
+    built-in defaults  <  YAML file (--config)  <  environment (HOODIED_*)  <  command-line flags
+
+Mappings merge key by key across the sources (``HOODIED_CONCURRENCY__WORKERS=8`` changes only
+``concurrency.workers``); every other value, lists included, is replaced whole by the higher
+source (``--table`` replaces the file's ``tables``).
+
+Environment names: ``HOODIED_`` + the field path joined with ``__``, case-insensitive, e.g.
+``HOODIED_LOCK__URL=redis://redis:6379/0``, ``HOODIED_POLL_INTERVAL_SECONDS=5``,
+``HOODIED_DEFAULTS__SERVICES__CLEAN__COMMITS_RETAINED=20``. Lists and mappings are JSON
+(``HOODIED_TABLES='["/data/t1"]'``). ``HOODIED_*`` names that are not settings are ignored.
+
+Policies: ``defaults`` is the policy of every table; a table listed under ``tables`` or found
+under a ``discover`` root may carry a partial ``policy`` that is merged over ``defaults``
+(explicit table entries win over discovery). The merge happens before validation, so every
+table's effective policy is validated at start and errors name the table entry.
+
+Shorthands: ``tables: ["/data/t1"]`` (paths only), ``discover: ["/data/lake"]``,
+``lock: redis://HOST:PORT/DB`` (the URL alone), ``http: "0.0.0.0:9464"`` or ``http: off``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic_settings import BaseSettings, EnvSettingsSource, SettingsConfigDict
+from pydantic_settings.exceptions import SettingsError
+
+from hoodie.errors import HoodieServiceError
+from hoodie.instant import Action
+from hoodie.locks import LockSettings
+from planners.clean import CleanPolicy, CleanSettings
+
+__all__ = [
+    "SERVICE_ACTIONS",
+    "CleanService",
+    "ClusteringService",
+    "CompactionService",
+    "ConfigError",
+    "DaemonConfig",
+    "DiscoverRoot",
+    "HttpConfig",
+    "LockConfig",
+    "Policy",
+    "ServiceName",
+    "TableEntry",
+    "load_config",
+    "read_yaml",
+]
+
+ServiceName = Literal["clean", "compaction", "log_compaction", "clustering", "indexing"]
+
+#: The timeline action each service executes (a v6 clustering is a replacecommit, resolved by the loop).
+SERVICE_ACTIONS: dict[str, Action] = {
+    "clean": Action.CLEAN,
+    "compaction": Action.COMPACTION,
+    "log_compaction": Action.LOG_COMPACTION,
+    "clustering": Action.CLUSTERING,
+    "indexing": Action.INDEXING,
+}
+
+
+class ConfigError(HoodieServiceError):
+    """The settings are invalid; ``problems`` has one line per problem (``where: what``)."""
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = problems
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        super().__init__(f"{problems[0]}{more}")
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+
+
+# ---------------------------------------------------------------------------- policies
+
+
+class CleanService(_Frozen):
+    """Clean: delete file slices outside retention (Hudi's ``hoodie.clean.*``)."""
+
+    enabled: bool = True
+    """Execute pending cleans of the table, whoever planned them."""
+    schedule: bool = True
+    """Plan new cleans when the trigger fires."""
+    trigger_commits: int = Field(1, ge=1)
+    """Completed write instants since the last clean before a new one is planned
+    (``hoodie.clean.max.commits``)."""
+    policy: CleanPolicy = CleanPolicy.KEEP_LATEST_COMMITS
+    """``hoodie.clean.policy``."""
+    commits_retained: int = Field(10, ge=1)
+    """``hoodie.clean.commits.retained``."""
+    file_versions_retained: int = Field(3, ge=1)
+    """``hoodie.clean.fileversions.retained``."""
+    hours_retained: int = Field(24, ge=0)
+    """``hoodie.clean.hours.retained``."""
+    incremental: bool = True
+    """``hoodie.clean.incremental.enabled``: look only at partitions written since the last clean."""
+
+    def settings(self) -> CleanSettings:
+        return CleanSettings(
+            policy=self.policy,
+            commits_retained=self.commits_retained,
+            file_versions_retained=self.file_versions_retained,
+            hours_retained=self.hours_retained,
+            incremental=self.incremental,
+        )
+
+
+class CompactionService(_Frozen):
+    """Compaction of merge-on-read file slices (Hudi's ``hoodie.compact.*``)."""
+
+    enabled: bool = True
+    """Execute pending compactions, whoever planned them."""
+    schedule: bool = True
+    """Plan new compactions when the trigger fires (merge-on-read tables only)."""
+    trigger: Literal["NUM_COMMITS", "TIME_ELAPSED", "NUM_AND_TIME", "NUM_OR_TIME"] = "NUM_COMMITS"
+    """``hoodie.compact.inline.trigger.strategy``."""
+    delta_commits: int = Field(5, ge=1)
+    """Delta commits since the last compaction (``hoodie.compact.inline.max.delta.commits``)."""
+    delta_seconds: int = Field(3600, ge=1)
+    """Seconds since the last compaction (``hoodie.compact.inline.max.delta.seconds``)."""
+    strategy: str = "LogFileSizeBasedCompactionStrategy"
+    """Which file slices a plan takes (``hoodie.compaction.strategy``, simple class name)."""
+    target_io_mb: int = Field(512_000, ge=1)
+    """I/O budget of one plan in MB (``hoodie.compaction.target.io``)."""
+
+
+class LogCompactionService(_Frozen):
+    """Log compaction (Hudi's ``hoodie.log.compaction.*``); off by default as in Hudi."""
+
+    enabled: bool = True
+    """Execute pending log compactions, whoever planned them."""
+    schedule: bool = False
+    """Plan new log compactions."""
+    blocks_threshold: int = Field(5, ge=1)
+    """Log blocks in a file slice before it is log-compacted (``hoodie.log.compaction.blocks.threshold``)."""
+
+
+class ClusteringService(_Frozen):
+    """Clustering (Hudi's ``hoodie.clustering.*``); planning is off by default as in Hudi."""
+
+    enabled: bool = True
+    """Execute pending clusterings, whoever planned them."""
+    schedule: bool = False
+    """Plan new clusterings."""
+    trigger_commits: int = Field(4, ge=1)
+    """Commits since the last clustering before a new one is planned
+    (``hoodie.clustering.async.max.commits``)."""
+
+
+class IndexingService(_Frozen):
+    """Async indexing of the metadata table: executed only, never planned by hoodied."""
+
+    enabled: bool = True
+    """Execute pending indexing instants."""
+
+
+class Services(_Frozen):
+    clean: CleanService = CleanService()
+    compaction: CompactionService = CompactionService()
+    log_compaction: LogCompactionService = LogCompactionService()
+    clustering: ClusteringService = ClusteringService()
+    indexing: IndexingService = IndexingService()
+
+    def get(self, service: str) -> Any:
+        return getattr(self, service)
+
+
+class Policy(_Frozen):
+    """What the daemon does to one table."""
+
+    paused: bool = False
+    """Watch and report only: plan nothing, execute nothing."""
+    priority: int = 0
+    """Higher first when workers are scarce; within a priority the oldest pending instant goes first."""
+    services: Services = Services()
+
+
+# ---------------------------------------------------------------------------- tables
+
+
+def _deep_merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in over.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = _deep_merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def _normalise_location(value: str) -> str:
+    """Local paths become absolute; ``file://`` URIs stay as they are."""
+    if "://" in value:
+        return value.rstrip("/") or value
+    return os.path.abspath(os.path.expanduser(value))
+
+
+class TableEntry(_Frozen):
+    """A table watched because it is listed."""
+
+    path: str
+    """Local path or ``file://`` URI of the table's base folder."""
+    policy: Policy = Policy()
+    """The effective policy (``defaults`` with this entry's ``policy`` merged over it)."""
+
+    @field_validator("path")
+    @classmethod
+    def _path(cls, v: str) -> str:
+        return _normalise_location(v)
+
+
+class DiscoverRoot(_Frozen):
+    """A folder searched for tables (folders holding ``.hoodie/hoodie.properties``)."""
+
+    root: str
+    """Local path or ``file://`` URI searched."""
+    max_depth: int = Field(4, ge=1, le=32)
+    """How many folder levels below the root a table may sit."""
+    policy: Policy = Policy()
+    """The effective policy of the tables found here (``defaults`` + this entry's ``policy``)."""
+
+    @field_validator("root")
+    @classmethod
+    def _root(cls, v: str) -> str:
+        return _normalise_location(v)
+
+
+# ---------------------------------------------------------------------------- daemon-wide groups
+
+
+class Concurrency(_Frozen):
+    """How much work runs at once in this replica (one job per table at any time, see ``service.loop``)."""
+
+    workers: int = Field(4, ge=1, le=1024)
+    """Jobs (plans and executions) at once."""
+    per_service: dict[ServiceName, int] = Field(default_factory=lambda: {"compaction": 2, "clustering": 1})
+    """Cap per service, below ``workers`` (Spark-heavy services are kept small)."""
+    poll_threads: int = Field(8, ge=1, le=256)
+    """Tables polled at once (each poll is one timeline listing)."""
+
+    @field_validator("per_service")
+    @classmethod
+    def _positive(cls, v: dict[str, int]) -> dict[str, int]:
+        for name, n in v.items():
+            if n < 1:
+                raise ValueError(f"per_service.{name} must be at least 1 (disable the service instead)")
+        return v
+
+
+class LockConfig(_Frozen):
+    """Table lock and per-instant execution leases."""
+
+    url: str = "local"
+    """``local`` (file lock in each table's ``.hoodie/.locks``: one host, one replica) or
+    ``redis://HOST:PORT/DB`` / ``rediss://`` / ``unix://`` (shared by replicas)."""
+    wait_ms: int = Field(10_000, ge=0)
+    """How long one attempt waits for a table lock held by another writer."""
+    retries: int = Field(2, ge=0)
+    """Further attempts when the table lock is busy or Redis is unreachable."""
+    lease_ms: int = Field(60_000, ge=1_000)
+    """Lease of a table lock held in Redis (renewed every third of it)."""
+    instant_lease_ms: int = Field(30_000, ge=1_000)
+    """Lease of one instant's execution (at most one executor per instant across replicas);
+    renewed every third of it while the job runs, taken over by another replica once it lapses."""
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, v: str) -> str:
+        if v != "local" and not v.startswith(("redis://", "rediss://", "unix://")):
+            raise ValueError(f"{v!r}: expected 'local' or a redis://HOST:PORT/DB URL")
+        return v
+
+    @property
+    def is_redis(self) -> bool:
+        return self.url != "local"
+
+    def table_lock_settings(self) -> LockSettings:
+        return LockSettings(wait_ms=self.wait_ms, retries=self.retries, lease_ms=self.lease_ms)
+
+    def lease_settings(self) -> LockSettings:
+        # one non-blocking try: a busy lease means another replica has the instant
+        return LockSettings(wait_ms=0, retries=0, lease_ms=self.instant_lease_ms)
+
+
+class RetryConfig(_Frozen):
+    """Failed jobs: retried with exponential backoff, then the table is quarantined."""
+
+    max_attempts: int = Field(3, ge=1)
+    """Attempts of one instant (or of planning one service) before the table is quarantined."""
+    backoff_seconds: float = Field(10.0, gt=0)
+    """Wait after the first failure; doubled after each further one."""
+    backoff_max_seconds: float = Field(600.0, gt=0)
+    """Cap of the wait between attempts."""
+
+    def backoff(self, failures: int) -> float:
+        return float(min(self.backoff_seconds * 2 ** max(failures - 1, 0), self.backoff_max_seconds))
+
+
+class SparkConfig(_Frozen):
+    """The engine of the data-rewriting services (compaction, clustering)."""
+
+    master: str = "local[*]"
+    """``local``, ``local[N]``, ``local[*]`` or a Spark Connect URL ``sc://HOST:PORT``."""
+    conf: dict[str, str] = Field(default_factory=dict)
+    """Spark configuration passed as is (``spark.executor.memory: 4g``...)."""
+
+    @field_validator("master")
+    @classmethod
+    def _master(cls, v: str) -> str:
+        if not (re.fullmatch(r"local(\[(\*|[1-9]\d*)\])?", v) or re.fullmatch(r"sc://[^\s/]+(/.*)?", v)):
+            raise ValueError(f"{v!r}: expected local, local[N], local[*] or sc://HOST:PORT")
+        return v
+
+
+class HttpConfig(_Frozen):
+    """The HTTP endpoint: ``/metrics``, ``/healthz``, ``/readyz``, ``/status``."""
+
+    address: str | None = "127.0.0.1:9464"
+    """``HOST:PORT`` to listen on (port 0: any free port); ``null`` switches HTTP off."""
+    liveness_seconds: float | None = Field(None, gt=0)
+    """``/healthz`` fails when no poll cycle ended for this long (default: 3 poll intervals + 60 s)."""
+
+    @field_validator("address")
+    @classmethod
+    def _address(cls, v: str | None) -> str | None:
+        if v is None or v.lower() in ("", "off", "none", "false"):
+            return None
+        host, sep, port = v.rpartition(":")
+        if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+            raise ValueError(f"{v!r}: expected HOST:PORT")
+        return v
+
+    @property
+    def host_port(self) -> tuple[str, int] | None:
+        if self.address is None:
+            return None
+        host, _, port = self.address.rpartition(":")
+        return host.strip("[]") or "0.0.0.0", int(port)
+
+
+class LogConfig(_Frozen):
+    format: Literal["json", "console"] = "json"
+    """One JSON object per line (for log collectors) or short console lines."""
+    level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+
+    @field_validator("level", mode="before")
+    @classmethod
+    def _upper(cls, v: Any) -> Any:
+        return v.upper() if isinstance(v, str) else v
+
+
+class HeartbeatConfig(_Frozen):
+    """Hudi's writer heartbeats: must match the table's other writers."""
+
+    interval_ms: int = Field(60_000, ge=10)
+    """``hoodie.client.heartbeat.interval_in_ms``."""
+    tolerable_misses: int = Field(2, ge=1)
+    """``hoodie.client.heartbeat.tolerable.misses``: an inflight instant whose heartbeat is older
+    than interval x misses is a failed attempt and is recovered."""
+
+
+# ---------------------------------------------------------------------------- the whole
+
+
+class DaemonConfig(BaseSettings):
+    """Everything ``hoodied run`` needs; built by ``load_config`` (see the module docstring)."""
+
+    model_config = SettingsConfigDict(
+        frozen=True,
+        extra="forbid",
+        use_attribute_docstrings=True,
+        env_prefix="HOODIED_",
+        env_nested_delimiter="__",
+        case_sensitive=False,
+    )
+
+    tables: list[TableEntry] = Field(default_factory=list)
+    """Tables watched by path."""
+    discover: list[DiscoverRoot] = Field(default_factory=list)
+    """Folders searched for tables, again every ``discover_interval_seconds``."""
+    discover_interval_seconds: float = Field(300.0, gt=0)
+    """How often the ``discover`` roots are searched again for new and removed tables."""
+    defaults: Policy = Policy()
+    """The policy of every table unless its entry says otherwise."""
+    poll_interval_seconds: float = Field(10.0, gt=0)
+    """Pause between two poll cycles (each lists every table's timeline folder once)."""
+    concurrency: Concurrency = Concurrency()
+    lock: LockConfig = LockConfig()
+    retry: RetryConfig = RetryConfig()
+    heartbeat: HeartbeatConfig = HeartbeatConfig()
+    spark: SparkConfig = SparkConfig()
+    http: HttpConfig = HttpConfig()
+    log: LogConfig = LogConfig()
+    grace_period_seconds: float = Field(25.0, gt=0)
+    """On SIGTERM: how long running jobs may take to finish before the process exits anyway
+    (keep it below Kubernetes' terminationGracePeriodSeconds, default 30)."""
+    clock_skew_ms: int = Field(200, ge=0)
+    """``hoodie.time.generator.max_expected_clock_skew_ms`` of the tables' writers."""
+
+    @classmethod
+    def settings_customise_sources(
+        cls, settings_cls: Any, init_settings: Any, env_settings: Any, dotenv_settings: Any,
+        file_secret_settings: Any,
+    ) -> tuple[Any, ...]:
+        # load_config merges file, environment and flags itself (the precedence lives in one place)
+        return (init_settings,)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _expand(cls, data: Any) -> Any:
+        if not isinstance(data, Mapping):
+            return data
+        data = dict(data)
+        defaults = data.get("defaults") or {}
+        if not isinstance(defaults, Mapping):
+            return data  # the field validator reports it
+        for key, path_key in (("tables", "path"), ("discover", "root")):
+            entries = data.get(key)
+            if not isinstance(entries, list):
+                continue
+            out: list[Any] = []
+            for entry in entries:
+                if isinstance(entry, str):
+                    entry = {path_key: entry}
+                if isinstance(entry, Mapping):
+                    own = entry.get("policy") or {}
+                    if isinstance(own, Mapping):
+                        entry = {**entry, "policy": _deep_merge(defaults, own)}
+                out.append(entry)
+            data[key] = out
+        lock, http = data.get("lock"), data.get("http")
+        if isinstance(lock, str):
+            data["lock"] = {"url": lock}
+        if "http" in data and (http is None or http is False or isinstance(http, str)):
+            data["http"] = {"address": http or None}  # `http: off` reads as False in YAML
+        return data
+
+    @model_validator(mode="after")
+    def _unique(self) -> DaemonConfig:
+        seen: set[str] = set()
+        for t in self.tables:
+            if t.path in seen:
+                raise ValueError(f"table {t.path} is listed twice")
+            seen.add(t.path)
+        return self
+
+    def liveness_seconds(self) -> float:
+        return self.http.liveness_seconds or 3 * self.poll_interval_seconds + 60
+
+    def policy_for(self, path: str, root: DiscoverRoot | None = None) -> Policy:
+        for t in self.tables:
+            if t.path == path:
+                return t.policy
+        return root.policy if root is not None else self.defaults
+
+
+# ---------------------------------------------------------------------------- loading
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """Safe YAML that refuses duplicate keys (PyYAML silently keeps the last one)."""
+
+
+def _mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+    seen: set[Any] = set()
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)  # type: ignore[no-untyped-call]
+        if key in seen:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"duplicate key {key!r}", key_node.start_mark
+            )
+        seen.add(key)
+    return loader.construct_mapping(node, deep)
+
+
+_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping)
+
+
+def read_yaml(path: str | Path) -> dict[str, Any]:
+    """The settings file as a mapping (an empty file is ``{}``); ``ConfigError`` names the file and line."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError([f"{path}: cannot read: {exc.strerror or exc}"]) from None
+    try:
+        doc = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ConfigError([f"{where}: invalid YAML: {problem}"]) from None
+    if doc is None:
+        return {}
+    if not isinstance(doc, dict):
+        raise ConfigError([f"{path}: the top level must be a mapping of settings, not {type(doc).__name__}"])
+    return doc
+
+
+def environment_values() -> dict[str, Any]:
+    """The ``HOODIED_*`` settings of the current environment as a nested mapping (strings, JSON decoded)."""
+    try:
+        return dict(EnvSettingsSource(DaemonConfig)())
+    except SettingsError as exc:
+        raise ConfigError([f"environment: {exc}"]) from None
+
+
+def _problems(exc: ValidationError, source: str) -> list[str]:
+    out = []
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        msg = err["msg"]
+        if err["type"] == "extra_forbidden":
+            msg = "unknown setting"
+        elif err["type"] != "value_error" and not isinstance(err.get("input"), dict | list | None):
+            msg = f"{msg} (got {err['input']!r})"
+        out.append(f"{source}: {loc}: {msg}")
+    return out
+
+
+def load_config(file: str | Path | None = None, overrides: Mapping[str, Any] | None = None) -> DaemonConfig:
+    """File < environment < ``overrides`` (the command-line flags, already shaped like the file)."""
+    merged: dict[str, Any] = read_yaml(file) if file is not None else {}
+    env = environment_values()
+    merged = _deep_merge(merged, env)
+    merged = _deep_merge(merged, overrides or {})
+    sources = [str(file)] if file is not None else []
+    if env:
+        sources.append("environment")
+    if overrides:
+        sources.append("flags")
+    try:
+        return DaemonConfig(**merged)
+    except ValidationError as exc:
+        raise ConfigError(_problems(exc, " + ".join(sources) or "settings")) from None

@@ -1,0 +1,72 @@
+"""Execution leases: at most one executor per instant across every replica of the daemon.
+
+A lease is a lock on one (table, instant) pair, taken with one non-blocking try before a job
+starts and released when it ends. It is built from the table-lock implementations of
+``service.locks``, so it has their guarantees (compare-and-delete release, loss detection):
+
+- Redis (several replicas): key ``hoodied:lease:{<base>}:<instant>`` set with ``NX PX`` and
+  renewed every third of ``lock.instant_lease_ms`` on the lock factory's own event-loop
+  thread, so it keeps being renewed while the job's worker thread is busy. When a replica
+  dies, its leases lapse and another replica takes the instant over. The fencing counter
+  is one per table (``hoodied:lease:{<base>}:fence``), not one per instant, so keys do not
+  pile up in Redis.
+- local (one replica): a ``flock`` on ``.hoodie/.locks/lease-<instant>.lock``; the file is
+  removed while still locked, so a process that opened the old file cannot lock it after us.
+
+The lease guards the daemon's own replicas. Hudi's heartbeat (checked by every executor
+under the table lock) guards against any other executor of the instant.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+
+from hoodie.locks import LockSettings, TableLockBase
+from hoodie.storage import Storage
+from service.locks import LocalFileLock, RedisLockFactory, RedisTableLock
+
+__all__ = ["LocalLease", "RedisLease", "lease_key", "make_lease"]
+
+
+def lease_key(base_uri: str, instant_time: str) -> str:
+    """``hoodied:lease:{<base>}:<instant>`` (the braces keep one table's keys in one cluster slot)."""
+    base = base_uri.rstrip("/") or "/"
+    return "hoodied:lease:{" + base + "}:" + instant_time
+
+
+class RedisLease(RedisTableLock):
+    """A ``RedisTableLock`` on the instant's lease key."""
+
+    def __init__(self, factory: RedisLockFactory, base_uri: str, instant_time: str, settings: LockSettings):
+        super().__init__(factory, base_uri, settings)
+        self._key = lease_key(base_uri, instant_time)
+        self.fence_key = lease_key(base_uri, "fence")
+
+
+class LocalLease(LocalFileLock):
+    """A ``LocalFileLock`` on ``.hoodie/.locks/lease-<instant>.lock``."""
+
+    def __init__(self, storage: Storage, instant_time: str, settings: LockSettings):
+        super().__init__(storage, settings)
+        self._key = lease_key(storage.base_uri, instant_time)
+        path = storage.local_path(f".hoodie/.locks/lease-{instant_time}.lock")
+        fence = storage.local_path(".hoodie/.locks/lease.fence")
+        assert path is not None and fence is not None  # LocalFileLock checked the storage is local
+        self.path, self.fence_path = path, fence
+
+    def _release(self) -> None:
+        # unlink while the flock is still ours: anyone who opened the old file fails its same-file check
+        with contextlib.suppress(FileNotFoundError):
+            if self._fd is not None and self._same_file(self._fd):
+                os.unlink(self.path)
+        super()._release()
+
+
+def make_lease(
+    factory: RedisLockFactory | None, storage: Storage, instant_time: str, settings: LockSettings
+) -> TableLockBase:
+    """The lease of ``instant_time`` (Redis when a factory is given, else local); not yet acquired."""
+    if factory is not None:
+        return RedisLease(factory, storage.base_uri, instant_time, settings)
+    return LocalLease(storage, instant_time, settings)

@@ -1,0 +1,569 @@
+"""The daemon: one anyio task group that watches tables, plans and executes their services.
+
+Root tasks: the work loop (discover, poll, dispatch), the HTTP endpoint
+(``service.http``, on this event loop) and, from the command line, the signal watcher.
+Jobs run in a nested task group; every blocking call (listing, planning, executing) goes
+through ``anyio.to_thread.run_sync`` with a capacity limiter, so the event loop only does
+bookkeeping and keeps answering probes.
+
+One cycle: re-discover tables when due, poll every table that is not quarantined (one
+timeline listing each, ``service.tables``), then dispatch. A job that ends wakes the loop,
+which re-polls that table at once and dispatches again, so follow-on work (the clean a plan
+just requested) starts without waiting for the next cycle.
+
+Dispatch rules:
+
+- one job per table at a time: Hudi's ordering between services on one table is kept
+  without a dependency graph, and a table with a large backlog cannot take every worker;
+- per table, the oldest pending instant that is ready goes first (pending work before new
+  plans); across tables, higher ``priority`` first, then the oldest instant;
+- at most ``concurrency.workers`` jobs, and ``concurrency.per_service`` per service;
+- an instant without an executor, or one its executor does not support, waits untouched;
+  an inflight instant whose heartbeat is alive belongs to another executor.
+
+Failures: a failed job is retried after ``retry.backoff(n)``; after ``retry.max_attempts``
+the table is quarantined with the last error as the reason. A table whose config or
+timeline cannot be read (corrupt, unsupported, not found) is quarantined at once, and a
+plan or executor that reports a corrupt file quarantines it too; a quarantined table is not
+read or written again until the daemon restarts. Every other table keeps being served.
+
+Stopping (``request_stop``, SIGTERM/SIGINT): readiness turns 503, nothing new starts,
+running jobs get ``cancel`` set and ``grace_period_seconds`` minus one second to finish;
+jobs still running then are abandoned: their leases are released and heartbeats deleted
+so another replica can take the instants over, and ``run`` returns (the CLI then exits
+without waiting for those threads). ``once`` mode runs one pass, waits for its jobs and
+the work they lead to (a plan, then its execution), and returns.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import socket
+import time
+from collections import Counter, deque
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+import structlog
+
+from hoodie.errors import HoodieFormatError, TableNotFoundError, UnsupportedTableError
+from hoodie.storage import Storage, storage_for
+from service import jobs as joblib
+from service.config import SERVICE_ACTIONS, DaemonConfig, DiscoverRoot, Policy
+from service.executors import Registry, default_registry
+from service.jobs import Job, JobOutcome
+from service.locks import RedisLockFactory
+from service.metrics import Metrics, StateSnapshot, TableSnapshot
+from service.tables import PendingItem, PollResult, discover_tables, poll_table
+
+__all__ = ["Daemon", "TableState"]
+
+log = structlog.get_logger("hoodied.loop")
+
+#: A service found "nothing due" is asked again when the timeline moves, or after this long
+#: (time-based retention and triggers change with the clock alone).
+REPLAN_AFTER_S = 600.0
+#: Outcomes kept per table for /status.
+KEEP_OUTCOMES = 10
+
+
+@dataclass(slots=True)
+class Failure:
+    count: int
+    next_at: float
+    last_error: str
+
+
+@dataclass(slots=True)
+class TableState:
+    """What the loop knows about one table (owned by the event loop; threads get copies)."""
+
+    uri: str
+    policy: Policy
+    source: str
+    """``config`` or the discover root that found it."""
+    storage: Storage | None = None
+    poll: PollResult | None = None
+    poll_failures: int = 0
+    quarantine: str | None = None
+    quarantined_at: float | None = None
+    failures: dict[str, Failure] = field(default_factory=dict)
+    holds: dict[str, tuple[float, str]] = field(default_factory=dict)
+    waiting: dict[str, str] = field(default_factory=dict)
+    plan_checked: dict[str, tuple[int, float]] = field(default_factory=dict)
+    plan_notes: dict[str, str] = field(default_factory=dict)
+    outcomes: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=KEEP_OUTCOMES))
+    last_success: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class _Candidate:
+    table: TableState
+    kind: str
+    service: str
+    sort_key: tuple[int, int, str, str]
+    item: PendingItem | None = None
+
+
+class Daemon:
+    """Run with ``await Daemon(settings).run()``; see the module docstring."""
+
+    def __init__(
+        self, settings: DaemonConfig, *, once: bool = False, registry: Registry | None = None
+    ) -> None:
+        self.settings = settings
+        self.once = once
+        self.registry = registry or default_registry()
+        self.tables: dict[str, TableState] = {
+            t.path: TableState(t.path, t.policy, "config") for t in settings.tables
+        }
+        self.running: dict[str, Job] = {}
+        self.abandoned: list[Job] = []
+        self.draining = False
+        self.stop_reason: str | None = None
+        self.started_at = time.time()
+        self.last_cycle_end: float | None = None
+        self.last_cycle_seconds: float | None = None
+        self.recent_errors: deque[dict[str, Any]] = deque(maxlen=20)
+        self.problems_in_pass = 0
+        self.http_port: int | None = None
+        self.replica = f"{socket.gethostname()}:{os.getpid()}"
+        self.metrics = Metrics(self.snapshot)
+        self.factory: RedisLockFactory | None = None
+        self._touched: set[str] = set()
+        self._stop_at = math.inf
+        self._wake: anyio.Event | None = None
+        self._jobs_tg: anyio.abc.TaskGroup | None = None
+
+    # ------------------------------------------------------------------ running
+
+    async def run(self, *, handle_signals: bool = False) -> int:
+        """Serve until stopped (or one pass with ``once``); the process exit code."""
+        from service.http import listen, serve_http
+
+        s = self.settings
+        self._wake = anyio.Event()
+        self._job_limiter = anyio.CapacityLimiter(s.concurrency.workers)
+        self._poll_limiter = anyio.CapacityLimiter(s.concurrency.poll_threads)
+        address = s.http.host_port
+        listener = None
+        if address is not None:
+            listener, self.http_port = await listen(*address)  # fails here, plainly, when the port is taken
+        if s.lock.is_redis:
+            self.factory = RedisLockFactory(s.lock.url, s.lock.table_lock_settings())
+        log.info("daemon starting", tables=len(self.tables), roots=len(s.discover), lock=self._lock_where(),
+                 workers=s.concurrency.workers, once=self.once, replica=self.replica)
+        try:
+            async with anyio.create_task_group() as root:
+                if listener is not None and address is not None:
+                    root.start_soon(serve_http, listener, self)
+                    log.info("http listening", address=f"{address[0]}:{self.http_port}")
+                if handle_signals:
+                    root.start_soon(self._watch_signals)
+                async with anyio.create_task_group() as jobs:
+                    self._jobs_tg = jobs
+                    await self._work()
+                    await self._drain(jobs)
+                root.cancel_scope.cancel()
+        finally:
+            if listener is not None:
+                with anyio.CancelScope(shield=True):
+                    await listener.aclose()
+            for job in self.abandoned:
+                job.release_after_abandon()
+            if self.factory is not None:
+                self.factory.close()
+        why = self.stop_reason or ("one pass done" if self.once else "stopped")
+        quarantined = sum(1 for t in self.tables.values() if t.quarantine)
+        log.info("daemon stopped", reason=why, abandoned_jobs=len(self.abandoned), quarantined=quarantined)
+        if self.once and (self.problems_in_pass or quarantined):
+            return 1
+        return 0
+
+    def request_stop(self, reason: str) -> None:
+        """Stop taking work; running jobs get the grace period (a second request ends it at once)."""
+        now = time.monotonic()
+        if self.draining:
+            self._stop_at = -math.inf
+            log.warning("second stop request: not waiting for running jobs", reason=reason)
+        else:
+            self.draining = True
+            self.stop_reason = reason
+            self._stop_at = now
+            log.info("stopping: no new work", reason=reason, running=len(self.running),
+                     grace_seconds=self.settings.grace_period_seconds)
+        for job in self.running.values():
+            job.cancel.set()
+        self._poke()
+
+    async def _watch_signals(self) -> None:
+        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            async for signum in signals:
+                self.request_stop(f"received {signal.Signals(signum).name}")
+
+    def _poke(self) -> None:
+        if self._wake is not None:
+            self._wake.set()
+
+    async def _sleep(self, seconds: float | None) -> None:
+        """Sleep until woken (a job ended, a stop request) or ``seconds`` passed."""
+        assert self._wake is not None
+        if seconds is None:
+            await self._wake.wait()
+        else:
+            with anyio.move_on_after(max(seconds, 0)):
+                await self._wake.wait()
+        self._wake = anyio.Event()
+
+    async def _work(self) -> None:
+        s = self.settings
+        next_discover = 0.0
+        while not self.draining:
+            started = time.monotonic()
+            if s.discover and started >= next_discover:
+                await self._discover()
+                next_discover = time.monotonic() + s.discover_interval_seconds
+            await self._poll([t for t in self.tables.values() if not t.quarantine])
+            self.last_cycle_seconds = time.monotonic() - started
+            self.last_cycle_end = time.time()
+            self.metrics.poll_cycle.observe(self.last_cycle_seconds)
+            self._dispatch()
+            if self.once:
+                while not self.draining:
+                    await self._repoll_touched()
+                    if not self.running and not self._touched:
+                        return
+                    await self._sleep(None)
+                return
+            deadline = started + s.poll_interval_seconds
+            while not self.draining and time.monotonic() < deadline:
+                await self._sleep(deadline - time.monotonic())
+                await self._repoll_touched()
+
+    async def _repoll_touched(self) -> None:
+        touched = [self.tables[u] for u in self._touched if u in self.tables]
+        self._touched.clear()
+        await self._poll([t for t in touched if not t.quarantine])
+        self._dispatch()
+
+    async def _drain(self, jobs: anyio.abc.TaskGroup) -> None:
+        budget = max(self.settings.grace_period_seconds - 1.0, 0.0)
+        while self.running:
+            left = self._stop_at + budget - time.monotonic()
+            if left <= 0:
+                break
+            await self._sleep(left)
+        if self.running:
+            log.warning("grace period over: abandoning running jobs", jobs=len(self.running))
+            for job in self.running.values():
+                job.abandoned = True
+                self.abandoned.append(job)
+            jobs.cancel_scope.cancel()
+
+    # ------------------------------------------------------------------ discovery and polling
+
+    async def _discover(self) -> None:
+        found: dict[str, DiscoverRoot] = {}
+        for root in self.settings.discover:
+            paths = await anyio.to_thread.run_sync(discover_tables, root.root, root.max_depth)
+            if not paths:
+                log.warning("discover root holds no tables", root=root.root)
+            for p in paths:
+                found.setdefault(p, root)
+        for path, root in found.items():
+            if path not in self.tables:
+                self.tables[path] = TableState(path, self.settings.policy_for(path, root), root.root)
+                log.info("table discovered", table=path, root=root.root)
+        for uri, ts in list(self.tables.items()):
+            if ts.source != "config" and uri not in found and uri not in self.running:
+                del self.tables[uri]
+                log.info("table gone from its discover root", table=uri, root=ts.source)
+
+    async def _poll(self, tables: list[TableState]) -> None:
+        async with anyio.create_task_group() as tg:
+            for ts in tables:
+                tg.start_soon(self._poll_one, ts)
+
+    def _open_and_poll(self, ts: TableState, storage: Storage | None) -> tuple[Storage, PollResult]:
+        storage = storage or storage_for(ts.uri)
+        return storage, poll_table(storage, ts.poll, ts.policy, self.registry, self.settings.heartbeat)
+
+    async def _poll_one(self, ts: TableState) -> None:
+        try:
+            ts.storage, result = await anyio.to_thread.run_sync(
+                self._open_and_poll, ts, ts.storage, limiter=self._poll_limiter
+            )
+        except Exception as exc:
+            self._poll_failed(ts, exc)
+            return
+        ts.poll, ts.poll_failures = result, 0
+        live = {i.instant.requested_time for i in result.pending}
+        for book in (ts.failures, ts.holds, ts.waiting):
+            for key in [k for k in book if not k.startswith("plan:") and k not in live]:
+                del book[key]
+
+    def _poll_failed(self, ts: TableState, exc: Exception) -> None:
+        message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        if isinstance(exc, TableNotFoundError) and ts.source != "config":
+            self.tables.pop(ts.uri, None)
+            log.info("table gone", table=ts.uri, error=message)
+            return
+        if isinstance(exc, HoodieFormatError | UnsupportedTableError | TableNotFoundError):
+            self._quarantine(ts, f"cannot read the table: {message}")
+            return
+        ts.poll, ts.poll_failures = None, ts.poll_failures + 1
+        self._error(ts.uri, f"poll failed: {message}")
+        if ts.poll_failures >= self.settings.retry.max_attempts:
+            last = f"{type(exc).__name__}: {message}"
+            self._quarantine(ts, f"{ts.poll_failures} polls failed in a row; last: {last}")
+        else:
+            log.warning("poll failed", table=ts.uri, error=message, failures=ts.poll_failures,
+                        exc_info=not isinstance(exc, OSError | HoodieFormatError))
+
+    def _quarantine(self, ts: TableState, reason: str) -> None:
+        if ts.quarantine is not None:
+            return
+        ts.quarantine, ts.quarantined_at = reason, time.time()
+        self.problems_in_pass += 1
+        self._error(ts.uri, f"quarantined: {reason}")
+        log.error("table quarantined: it is left untouched until the daemon restarts", table=ts.uri,
+                  reason=reason)
+
+    def _error(self, table: str, message: str) -> None:
+        self.recent_errors.appendleft({"at": time.time(), "table": table, "error": message})
+
+    # ------------------------------------------------------------------ dispatch
+
+    def item_status(self, ts: TableState, item: PendingItem, now: float) -> tuple[str, str]:
+        """``ready``, ``running``, ``waiting``, ``disabled``, ``paused``, ``running-elsewhere``,
+        ``backoff``, ``held`` or ``quarantined``, with a note."""
+        t = item.instant.requested_time
+        job = self.running.get(ts.uri)
+        if job is not None and job.instant is not None and job.instant.requested_time == t:
+            return "running", f"since {time.time() - job.started:.0f} s"
+        if ts.quarantine:
+            return "quarantined", ts.quarantine
+        if item.service is None:
+            return "waiting", "not a table service hoodied runs; left untouched"
+        spec = self.registry.executor_for(SERVICE_ACTIONS[item.service])
+        if spec is None:
+            return "waiting", f"no executor for {item.service} yet; left untouched"
+        if ts.policy.paused:
+            return "paused", "table paused by policy"
+        if not ts.policy.services.get(item.service).enabled:
+            return "disabled", f"{item.service} disabled by policy"
+        if t in ts.waiting:
+            return "waiting", ts.waiting[t]
+        if item.heartbeat_alive:
+            return "running-elsewhere", "heartbeat alive: another executor is working on it"
+        failure = ts.failures.get(t)
+        if failure is not None and failure.next_at > now:
+            return "backoff", f"attempt {failure.count + 1} in {failure.next_at - now:.0f} s; " \
+                              f"last error: {failure.last_error}"
+        hold = ts.holds.get(t)
+        if hold is not None and hold[0] > now:
+            return "held", hold[1]
+        return "ready", ""
+
+    def _plan_ready(self, ts: TableState, service: str, now: float) -> bool:
+        key = f"plan:{service}"
+        if key in ts.waiting:
+            return False
+        failure = ts.failures.get(key)
+        if failure is not None and failure.next_at > now:
+            return False
+        checked = ts.plan_checked.get(service)
+        assert ts.poll is not None
+        return not (checked and checked[0] == ts.poll.signature and now - checked[1] < REPLAN_AFTER_S)
+
+    def _next_for_table(self, ts: TableState, now: float) -> _Candidate | None:
+        assert ts.poll is not None
+        prio = -ts.policy.priority
+        for item in ts.poll.pending:  # oldest first
+            if self.item_status(ts, item, now)[0] == "ready":
+                assert item.service is not None
+                key = (prio, 0, item.instant.requested_time, ts.uri)
+                return _Candidate(ts, "execute", item.service, key, item)
+        for service in ts.poll.due:
+            if self._plan_ready(ts, service, now):
+                return _Candidate(ts, "plan", service, (prio, 1, "", ts.uri))
+        return None
+
+    def _dispatch(self) -> None:
+        if self.draining or self._jobs_tg is None:
+            return
+        now = time.monotonic()
+        candidates = []
+        for ts in self.tables.values():
+            if ts.quarantine or ts.poll is None or ts.policy.paused or ts.uri in self.running:
+                continue
+            c = self._next_for_table(ts, now)
+            if c is not None:
+                candidates.append(c)
+        candidates.sort(key=lambda c: c.sort_key)
+        busy = Counter(j.service for j in self.running.values())
+        limits = self.settings.concurrency.per_service
+        for c in candidates:
+            if len(self.running) >= self.settings.concurrency.workers:
+                break
+            limit = limits.get(c.service)  # type: ignore[call-overload]
+            if limit is not None and busy[c.service] >= limit:
+                continue
+            busy[c.service] += 1
+            self._start(c)
+
+    def _start(self, c: _Candidate) -> None:
+        ts = c.table
+        assert ts.poll is not None and ts.storage is not None and self._jobs_tg is not None
+        instant = c.item.instant if c.item is not None else None
+        action = instant.action.value if instant is not None else SERVICE_ACTIONS[c.service].value
+        job = Job(ts.uri, ts.storage, ts.poll.config, c.service, action, ts.policy, instant, ts.poll.timeline)
+        self.running[ts.uri] = job
+        self._jobs_tg.start_soon(self._run_job, ts, job, c.kind)
+
+    async def _run_job(self, ts: TableState, job: Job, kind: str) -> None:
+        instant = job.instant.requested_time if job.instant is not None else None
+        with structlog.contextvars.bound_contextvars(table=ts.uri, action=job.action, instant=instant):
+            log.info("job started", kind=kind, state=job.instant.state.value if job.instant else None)
+            if kind == "execute":
+                spec: Any = self.registry.executor_for(SERVICE_ACTIONS[job.service])
+                fn: Any = joblib.execute
+            else:
+                spec, fn = self.registry.planners[job.service], joblib.plan
+            lock_wait = self.metrics.lock_wait.labels(job.action)
+            try:
+                outcome = await anyio.to_thread.run_sync(
+                    fn, job, spec, self.settings, self.factory, lock_wait.observe,
+                    limiter=self._job_limiter, abandon_on_cancel=True,
+                )
+            except anyio.get_cancelled_exc_class():
+                log.warning("job abandoned: the daemon stops while it runs")
+                raise
+            except Exception as exc:  # the runners catch the work's errors; this is a bug of ours
+                log.exception("job runner failed")
+                outcome = JobOutcome("failed", f"{type(exc).__name__}: {exc}", retryable=True)
+            self._finish(ts, job, kind, outcome)
+
+    def _finish(self, ts: TableState, job: Job, kind: str, outcome: JobOutcome) -> None:
+        self.running.pop(ts.uri, None)
+        self._touched.add(ts.uri)
+        self._poke()
+        now = time.monotonic()
+        record = {"at": time.time(), "kind": kind, "action": job.action, "instant": job.instant.requested_time
+                  if job.instant else None, "outcome": outcome.outcome, "message": outcome.message,
+                  "seconds": round(outcome.seconds, 3)}
+        ts.outcomes.appendleft(record)
+        if kind == "execute":
+            self.metrics.jobs.labels(ts.uri, job.action, outcome.outcome).inc()
+            self.metrics.job_duration.labels(job.action, outcome.outcome).observe(outcome.seconds)
+        else:
+            self.metrics.plans.labels(ts.uri, job.action, outcome.outcome).inc()
+        key = job.key
+        what = f"{job.action} {job.instant.requested_time}" if job.instant else f"{job.service} plan"
+        level = "info"
+        if outcome.outcome in ("success", "planned", "nothing_due", "already_done"):
+            ts.failures.pop(key, None)
+            if outcome.outcome == "success":
+                ts.last_success[job.action] = time.time()
+            if kind == "plan":
+                ts.plan_notes[job.service] = outcome.message
+                assert ts.poll is not None
+                ts.plan_checked[job.service] = (ts.poll.signature, now)
+        elif outcome.outcome in ("skipped", "claimed"):
+            ts.holds[key] = (now + self.settings.poll_interval_seconds, outcome.message)
+        elif outcome.outcome == "unsupported":
+            ts.waiting[key] = outcome.message
+            if kind == "plan":
+                ts.plan_notes[job.service] = outcome.message
+            level = "warning"
+        elif outcome.outcome == "corrupt":
+            self._quarantine(ts, f"{what}: {outcome.message}")
+            level = "error"
+        elif outcome.outcome == "failed":
+            level = "warning"
+            self.problems_in_pass += 1
+            self._error(ts.uri, f"{what}: {outcome.message}")
+            n = (ts.failures[key].count if key in ts.failures else 0) + 1
+            if n >= self.settings.retry.max_attempts:
+                ts.failures.pop(key, None)
+                self._quarantine(ts, f"{what} failed {n} times; last: {outcome.message}")
+            else:
+                delay = self.settings.retry.backoff(n)
+                ts.failures[key] = Failure(n, now + delay, outcome.message)
+                record["retry_in_seconds"] = delay
+        getattr(log, level)("job ended", kind=kind, outcome=outcome.outcome, message=outcome.message,
+                            seconds=round(outcome.seconds, 3))
+
+    # ------------------------------------------------------------------ views
+
+    def _lock_where(self) -> str:
+        return self.factory.where if self.factory is not None else "local"
+
+    def snapshot(self) -> StateSnapshot:
+        tables = []
+        now = time.time()
+        for ts in self.tables.values():
+            snap = TableSnapshot(ts.uri, ts.quarantine is not None, last_success=dict(ts.last_success))
+            if ts.poll is not None:
+                for item in ts.poll.pending:
+                    action = item.service or item.instant.action.value
+                    action = SERVICE_ACTIONS[action].value if action in SERVICE_ACTIONS else action
+                    count, oldest = snap.pending.get(action, (0, 0.0))
+                    snap.pending[action] = (count + 1, max(oldest, now - item.requested_epoch))
+                snap.delta_commits_since_compaction = ts.poll.delta_commits_since_compaction
+            tables.append(snap)
+        running = Counter(j.action for j in self.running.values())
+        return StateSnapshot(tables, dict(running), self.draining, self.last_cycle_end)
+
+    def loop_heartbeat_age(self) -> float:
+        return time.time() - (self.last_cycle_end or self.started_at)
+
+    def status(self) -> dict[str, Any]:
+        """The ``/status`` document (``hoodied status`` renders it)."""
+        now, mono = time.time(), time.monotonic()
+        tables = []
+        for ts in sorted(self.tables.values(), key=lambda t: t.uri):
+            pending = []
+            if ts.poll is not None:
+                for item in ts.poll.pending:
+                    status, note = self.item_status(ts, item, mono)
+                    failure = ts.failures.get(item.instant.requested_time)
+                    pending.append({
+                        "instant": item.instant.requested_time, "action": item.instant.action.value,
+                        "state": item.instant.state.value,
+                        "age_seconds": round(now - item.requested_epoch, 1),
+                        "status": status, "note": note, "failures": failure.count if failure else 0,
+                    })
+            job = self.running.get(ts.uri)
+            config = ts.poll.config if ts.poll is not None else None
+            tables.append({
+                "path": ts.uri, "source": ts.source,
+                "name": config.name if config else None,
+                "type": config.table_type.value if config else None,
+                "version": config.version if config else None,
+                "paused": ts.policy.paused, "priority": ts.policy.priority,
+                "quarantined": ts.quarantine, "quarantined_at": ts.quarantined_at,
+                "pending": pending,
+                "running": None if job is None else {
+                    "action": job.action, "instant": job.instant.requested_time if job.instant else None,
+                    "kind": "execute" if job.instant else "plan", "seconds": round(now - job.started, 1),
+                },
+                "due": dict(ts.poll.due) if ts.poll else {},
+                "planning": dict(ts.plan_notes),
+                "last_outcomes": list(ts.outcomes),
+                "delta_commits_since_compaction": ts.poll.delta_commits_since_compaction if ts.poll else None,
+            })
+        return {
+            "replica": self.replica, "started_at": self.started_at, "draining": self.draining,
+            "stop_reason": self.stop_reason, "once": self.once, "lock": self._lock_where(),
+            "workers": {"limit": self.settings.concurrency.workers, "busy": len(self.running)},
+            "last_poll": {"ended_at": self.last_cycle_end, "seconds": self.last_cycle_seconds,
+                          "age_seconds": round(self.loop_heartbeat_age(), 3)},
+            "tables_watched": len(tables),
+            "tables_quarantined": sum(1 for t in tables if t["quarantined"]),
+            "tables": tables,
+            "recent_errors": list(self.recent_errors),
+        }
