@@ -10,6 +10,7 @@ command -v python3 >/dev/null || need_apt+=(python3)
 python3 -c 'import venv, ensurepip' 2>/dev/null || need_apt+=(python3-venv)
 command -v redis-server >/dev/null || need_apt+=(redis-server)
 command -v promtool >/dev/null || need_apt+=(prometheus)
+command -v helm >/dev/null || command -v npm >/dev/null || need_apt+=(npm)
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
   $SUDO apt-get update -q
