@@ -236,6 +236,15 @@ def _register_service_commands() -> None:
 
     for command in [*COMMANDS, *DAEMON_COMMANDS]:
         cli.add_command(command)
+    _register_compaction()
+
+
+def _register_compaction() -> None:
+    """``schedule compaction`` (its module imports the executors, hence Spark: kept apart)."""
+    from service.cli_services import schedule
+    from service.compaction import schedule_compaction_command
+
+    schedule.add_command(schedule_compaction_command)
 
 
 _register_service_commands()

@@ -15,7 +15,8 @@ pending clean blocks a new plan, so concurrent schedulers produce exactly one.
 ``execute TABLE [--instant T]``: run pending clean instants (``executors.clean``), whoever
 requested them (a plan written by Apache Hudi included): all of them, oldest first, or the
 one given. Other pending actions are listed as having no executor yet and left untouched; a
-clean whose heartbeat is alive belongs to another executor and is skipped.
+clean whose heartbeat is alive belongs to another executor and is skipped. Pending
+compactions run on Spark (``--spark``, ``--spark-conf``; ``service.compaction``).
 
 The lock options are shared by every command that writes the timeline: ``--lock local``
 (a file lock under ``.hoodie/.locks``, one host) or ``--lock redis://HOST:PORT/DB``.
@@ -25,7 +26,7 @@ to be serialized with theirs.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -177,13 +178,16 @@ def execute_pending(
     heartbeat_interval_ms: int = DEFAULT_INTERVAL_MS,
     tolerable_misses: int = DEFAULT_TOLERABLE_MISSES,
     force: bool = False,
+    runners: Mapping[Action, Callable[[Instant], ExecuteOutcome]] | None = None,
 ) -> list[ExecuteOutcome]:
     """Run pending cleans (all, oldest first, or ``instant_time``); report every other pending instant.
 
     With ``instant_time``: a completed clean is reported as such, a pending instant of
     another action raises ``UnsupportedTableError`` (no executor yet; left untouched) and a
-    clean owned by a live executor raises ``InstantStateError``.
+    clean owned by a live executor raises ``InstantStateError``. ``runners`` execute pending
+    instants of other actions (compaction: ``service.compaction.CompactionRunner``).
     """
+    runners = runners or {}
     config = load_table_config(storage)
     require_clean_maintainable(storage, config, "execute")
     timeline = Timeline.load(storage, config)
@@ -191,7 +195,7 @@ def execute_pending(
         inst = timeline.get(instant_time)
         if inst is None:
             raise InstantStateError(f"{storage.base_uri}: no instant {instant_time} on the active timeline")
-        if inst.action is not Action.CLEAN:
+        if inst.action is not Action.CLEAN and inst.action not in runners:
             if inst.is_completed:
                 raise InstantStateError(
                     f"{instant_time}: {inst.action.value} is completed, nothing to execute"
@@ -202,10 +206,14 @@ def execute_pending(
         targets = timeline.pending()  # sorted by requested time
     outcomes: list[ExecuteOutcome] = []
     for inst in targets:
-        if inst.action is not Action.CLEAN:
+        runner = runners.get(inst.action)
+        if inst.action is not Action.CLEAN and runner is None:
             outcomes.append(ExecuteOutcome(inst, "no-executor", _no_executor(timeline, inst)))
             continue
         try:
+            if runner is not None:
+                outcomes.append(runner(inst))
+                continue
             result = execute_clean(
                 storage, config, lock, inst.requested_time, time_settings=time_settings,
                 parallelism=parallelism, heartbeat_interval_ms=heartbeat_interval_ms,
@@ -214,7 +222,8 @@ def execute_pending(
         except InstantStateError as exc:
             if instant_time is not None or "live heartbeat" not in str(exc):
                 raise
-            outcomes.append(ExecuteOutcome(inst, "skipped", f"{inst.requested_time} clean: skipped, {exc}"))
+            what = f"{inst.requested_time} {inst.action.value}"
+            outcomes.append(ExecuteOutcome(inst, "skipped", f"{what}: skipped, {exc}"))
             continue
         outcomes.append(ExecuteOutcome(result.instant, "executed", result.summary(), result))
     return outcomes
@@ -349,21 +358,36 @@ def schedule_clean_command(table: str, policy: str, retained: int | None, dry_ru
               show_default=True, help="hoodie.client.heartbeat.interval_in_ms (same for every executor).")
 @click.option("--force", is_flag=True,
               help="Run a clean even when its heartbeat says another executor is alive.")
+@click.option("--spark", "spark_master", default="local", show_default=True,
+              help="Spark for compactions: local, local[N] or sc://HOST:PORT (Spark Connect).")
+@click.option("--spark-conf", multiple=True, metavar="KEY=VALUE", help="A Spark setting, repeatable.")
 @lock_options
 def execute(table: str, instant_time: str | None, parallelism: int, heartbeat_interval_ms: int, force: bool,
+            spark_master: str, spark_conf: tuple[str, ...],
             lock_option: str, lock_wait_ms: int, lock_retries: int, clock_skew_ms: int) -> None:
-    """Run pending clean instants of TABLE (whoever planned them), oldest first; list the rest."""
+    """Run pending cleans and compactions of TABLE (whoever planned them), oldest first; list the rest."""
+    from service.compaction import CompactionRunner, parse_key_values  # service.compaction imports us
+
     if instant_time is not None:
         require_instant_time(instant_time)
+    spark_settings = parse_key_values(spark_conf, "--spark-conf")
     storage = storage_for(table)
     settings = LockSettings(wait_ms=lock_wait_ms, retries=lock_retries)
     lock, factory = lock_from_option(lock_option, storage, settings)
+    times = TimeSettings(max_expected_clock_skew_ms=clock_skew_ms)
+    # Spark starts only when a compaction is pending
+    compaction = CompactionRunner(
+        storage, lock, spark=spark_master, spark_conf=spark_settings, time_settings=times,
+        heartbeat_interval_ms=heartbeat_interval_ms, force=force,
+    )
     try:
         outcomes = execute_pending(
-            storage, lock, instant_time, time_settings=TimeSettings(max_expected_clock_skew_ms=clock_skew_ms),
+            storage, lock, instant_time, time_settings=times,
             parallelism=parallelism, heartbeat_interval_ms=heartbeat_interval_ms, force=force,
+            runners={Action.COMPACTION: compaction},
         )
     finally:
+        compaction.close()
         if factory is not None:
             factory.close()
     if not outcomes:

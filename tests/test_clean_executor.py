@@ -504,8 +504,8 @@ def test_resolve_plan_rules(tmp_path: Path) -> None:
 def test_execute_reports_other_pending_actions_and_skips_live_cleans(hudi_table) -> None:  # type: ignore[no-untyped-def]
     root = hudi_table("mor/avro/v9_txns_simple_nometa")
     folder = root / ".hoodie" / "timeline"
-    c = next(folder.glob("*.compaction.requested")).name.split(".")[0]
-    next(folder.glob(f"{c}_*")).unlink()  # the compaction is pending again
+    c = next(folder.glob("*.clustering.requested")).name.split(".")[0]
+    next(folder.glob(f"{c}_*")).unlink()  # a pending clustering: no executor yet
     out = _run("schedule", "clean", str(root), "--retained", "1", *SKEW)
     assert out.exit_code == 0, out.stdout
     t = out.stdout.split()[0]
@@ -515,17 +515,17 @@ def test_execute_reports_other_pending_actions_and_skips_live_cleans(hudi_table)
         live = _run("execute", str(root), *SKEW)
         assert live.exit_code == 0, live.stdout
         lines = live.stdout.splitlines()
-        assert lines[0] == f"{c} compaction (inflight): no executor yet, left untouched"
+        assert lines[0] == f"{c} clustering (inflight): no executor yet, left untouched"
         assert lines[1].startswith(f"{t} clean: skipped, {t}: clean has a live heartbeat (last beat at ")
         assert lines[1].endswith("another executor is working on it") and len(lines) == 2
         one = _run("execute", str(root), "--instant", t, *SKEW)
         assert one.exit_code == 1 and "another executor is working on it" in one.stderr
         assert _files(root) - {f".hoodie/.heartbeat/{t}"} == before - {f".hoodie/.heartbeat/{t}"}
-    compaction = _run("execute", str(root), "--instant", c, *SKEW)
-    assert compaction.exit_code == 5 and f"{c} compaction (inflight): no executor yet" in compaction.stderr
+    clustering = _run("execute", str(root), "--instant", c, *SKEW)
+    assert clustering.exit_code == 5 and f"{c} clustering (inflight): no executor yet" in clustering.stderr
     done = _run("execute", str(root), *SKEW)
     assert done.exit_code == 0, done.stdout
-    assert done.stdout.splitlines()[0] == f"{c} compaction (inflight): no executor yet, left untouched"
+    assert done.stdout.splitlines()[0] == f"{c} clustering (inflight): no executor yet, left untouched"
     assert done.stdout.splitlines()[1].startswith(f"{t} clean: ")
     again = _run("execute", str(root), "--instant", t, *SKEW)
     assert again.exit_code == 0 and again.stdout.strip() == f"{t} clean: already completed, nothing to do"

@@ -1,0 +1,453 @@
+"""Executing a compaction: merge each planned file slice into a new base file, commit the instant.
+
+Runs any pending ``HoodieCompactionPlan`` of a merge-on-read table, whoever requested it
+(hoodied's planner or Apache Hudi; files are resolved with ``executors.plan_files``). One
+Spark job per instant (``executors.engine``): one task per operation, and in each task
+
+1. the slice (base file + the plan's log files) is read and merged by
+   ``hoodie.reader.read_file_slice`` with the table's merge semantics and the timeline as the
+   driver saw it when the job started (bounded memory: the slice's log records + one row group);
+2. the marker ``.hoodie/.temp/<T>/<partition>/<file>.marker.MERGE`` (``CREATE`` without a base
+   file) is created, then ``<fileId>_<writeToken>_<T>.parquet`` is written with
+   ``hoodie.basefile`` (Hudi footer: min/max record key, bloom filter, Avro schema). Every
+   record keeps its ``_hoodie_commit_time`` and ``_hoodie_commit_seqno``;
+   ``_hoodie_file_name`` becomes the new file's name;
+3. the task returns its write statistics as one Arrow row.
+
+The driver, under the table lock, deletes files that have markers but are not in the
+statistics (a failed or duplicate task attempt), checks it still holds the lock and writes
+``<T>_<completion>.commit`` (layout 1: ``<T>.commit``) with ``HoodieCommitMetadata``:
+``compacted`` true, ``operationType`` ``COMPACT``, one write stat per new file (``prevCommit``
+and ``prevBaseFile`` from the slice, log-file and record counts) and ``extraMetadata.schema``
+(the table's Avro schema). Markers and the heartbeat go afterwards, as in Hudi.
+
+Counts in the write stats: ``numWrites`` rows written; ``numInserts`` / ``numDeletes`` the
+growth / shrinkage of the file group (exact unless one compaction both adds and removes
+keys of the same group); ``numUpdateWrites`` the remaining rows that came from log files
+(commit time after the slice's base instant); ``totalLogRecords`` / ``totalLogBlocks`` /
+``totalRollbackBlocks`` from the committed blocks of the log files.
+
+A compaction that is inflight when ``execute_compaction`` starts is a failed attempt (or a
+live one: its heartbeat says which); it is refused here and must be rolled back first, which
+``service.compaction.run_compaction`` does (the rollback-then-retry of Hudi). Tables with a
+metadata table are refused (hoodied's metadata-table writer does not handle compactions
+yet); so are tables without meta fields.
+
+Test hook (as ``executors.clean``): ``HOODIED_TEST_PAUSE_AT`` = ``requested``, ``inflight``,
+``written`` (all tasks done, nothing committed) or ``task:<k>`` (every task of operation
+index >= k pauses after its marker, before its file) makes the executor write the file named
+by ``HOODIED_TEST_PAUSE_READY`` and sleep ``HOODIED_TEST_PAUSE_S`` seconds (default 60).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from pyspark.sql import SparkSession
+
+from executors.engine import run_operations
+from executors.plan_files import operation_slice
+from hoodie import _writer_support as ws
+from hoodie.basefile import (
+    COMMIT_TIME,
+    FILE_NAME,
+    META_FIELDS,
+    BaseFileWriter,
+    avro_schema_json,
+    repeat_string,
+)
+from hoodie.errors import HoodieFormatError, InstantStateError, UnsupportedTableError
+from hoodie.fsview import CommitState, FileSlice
+from hoodie.heartbeat import (
+    DEFAULT_INTERVAL_MS,
+    DEFAULT_TOLERABLE_MISSES,
+    Heartbeat,
+    is_heartbeat_expired,
+    last_heartbeat_ms,
+)
+from hoodie.instant import Action, Instant, State
+from hoodie.locks import TableLock
+from hoodie.logfile import BlockType, delete_block_records, is_rollback_command, read_log_blocks
+from hoodie.markers import IOType, WriteMarkers
+from hoodie.merge import MergeSpec
+from hoodie.metadata import require_no_metadata_table
+from hoodie.plans import CompactionOperation, CompactionPlan
+from hoodie.properties import TableConfig
+from hoodie.reader import read_file_slice
+from hoodie.storage import Storage
+from hoodie.table import HoodieTable
+from hoodie.timeline import Timeline
+from hoodie.timeline_writer import TimelineWriter
+from hoodie.truetime import TimeSettings
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "PAUSE_POINTS",
+    "STATS_SCHEMA",
+    "CompactionJob",
+    "CompactionResult",
+    "compact_operation",
+    "execute_compaction",
+    "prepare_job",
+]
+
+#: Driver-side pause points of the test hook (``task:<k>`` pauses tasks).
+PAUSE_POINTS = ("requested", "inflight", "written")
+_PAUSE_ENV = "HOODIED_TEST_PAUSE_AT"
+_READY_ENV = "HOODIED_TEST_PAUSE_READY"
+_SLEEP_ENV = "HOODIED_TEST_PAUSE_S"
+_COUNTS = (
+    "num_writes", "num_deletes", "num_update_writes", "num_inserts", "file_size", "total_log_records",
+    "total_log_blocks", "total_rollback_blocks", "total_log_files", "total_log_size",
+    "total_updated_records_compacted", "log_read_ms", "upsert_ms",
+)
+
+#: One row per operation, returned by the tasks.
+STATS_SCHEMA = pa.schema(
+    [
+        ("op", pa.int64()),
+        ("partition", pa.string()),
+        ("file_id", pa.string()),
+        ("path", pa.string()),
+        ("prev_commit", pa.string()),
+        ("prev_base_file", pa.string()),
+        *[(name, pa.int64()) for name in _COUNTS],
+    ]
+)
+
+
+def _pause_settings() -> tuple[str, str, float] | None:
+    point = os.environ.get(_PAUSE_ENV)
+    if not point:
+        return None
+    return point, os.environ.get(_READY_ENV, ""), float(os.environ.get(_SLEEP_ENV, "60"))
+
+
+def _pause(settings: tuple[str, str, float] | None, point: str) -> None:
+    """Test hook (module docstring): write the ready file and sleep when ``point`` is the chosen one."""
+    if settings is None or settings[0] != point:
+        return
+    log.warning("test hook: pausing at %s", point)
+    if settings[1]:
+        with open(settings[1], "w", encoding="ascii") as f:
+            f.write(f"{os.getpid()} {point}\n")
+    time.sleep(settings[2])
+
+
+# ---------------------------------------------------------------------------- the job (runs in tasks)
+
+
+@dataclass(frozen=True)
+class CompactionJob:
+    """Everything a task needs, pickled to the Spark workers; called as ``job(index, write_token)``."""
+
+    storage: Storage
+    config: TableConfig
+    timeline: Timeline
+    instant_time: str
+    schema: pa.Schema
+    footer_schema: str
+    slices: tuple[FileSlice, ...]
+    pause: tuple[str, str, float] | None = None
+
+    def __call__(self, index: int, write_token: str) -> pa.RecordBatch:
+        return compact_operation(self, index, write_token)
+
+
+def _log_counts(job: CompactionJob, file_slice: FileSlice, commits: CommitState) -> dict[str, int]:
+    """Committed blocks and records of the slice's log files, and the rollback command blocks."""
+    blocks = records = rollbacks = 0
+    for lf in file_slice.log_files:
+        for block in read_log_blocks(job.storage, lf.path, ignorable=lambda t: not commits.is_committed(t)):
+            if is_rollback_command(block):
+                rollbacks += 1
+                continue
+            if block.block_type not in (BlockType.AVRO_DATA, BlockType.PARQUET_DATA, BlockType.DELETE):
+                continue
+            if not block.instant_time or not commits.is_committed(block.instant_time):
+                continue
+            blocks += 1
+            if block.block_type is BlockType.DELETE:
+                records += len(delete_block_records(block))
+            elif block.block_type is BlockType.AVRO_DATA:  # int32 version, int32 record count
+                head = job.storage.read_range(block.path, block.content_offset, 8)
+                records += int.from_bytes(head[4:8], "big", signed=True)
+            else:
+                records += pq.ParquetFile(pa.BufferReader(block.content())).metadata.num_rows
+    return {"total_log_blocks": blocks, "total_log_records": records, "total_rollback_blocks": rollbacks}
+
+
+def compact_operation(job: CompactionJob, index: int, write_token: str) -> pa.RecordBatch:
+    """Compact the slice of operation ``index`` into a new base file; its write stats as one row."""
+    s = job.slices[index]
+    name = f"{s.file_id}_{write_token}_{job.instant_time}.parquet"
+    path = f"{s.partition}/{name}" if s.partition else name
+    commits = CommitState(job.timeline, job.config)
+    started = time.monotonic()
+    batches = read_file_slice(
+        job.storage, s, job.config, job.timeline, job.schema, commits=commits,
+        spec=MergeSpec.for_table(job.config),
+    )
+    first = next(batches, None)  # the log records are read and merged before the first batch
+    read_ms = int((time.monotonic() - started) * 1000)
+    WriteMarkers(job.storage, job.instant_time).create(
+        s.partition, name, IOType.MERGE if s.base_file is not None else IOType.CREATE
+    )
+    if job.pause is not None and job.pause[0].startswith("task:") and index >= int(job.pause[0][5:]):
+        _pause(job.pause, job.pause[0])
+    writer = BaseFileWriter(job.storage, path, job.schema, avro_schema=job.footer_schema)
+    file_col = job.schema.get_field_index(FILE_NAME)
+    from_logs = 0
+    for batch in itertools.chain([first] if first is not None else [], batches):
+        batch = batch.set_column(file_col, job.schema.field(FILE_NAME), repeat_string(name, batch.num_rows))
+        if s.base_file is not None:
+            newer = pc.greater(batch.column(COMMIT_TIME), pa.scalar(s.base_instant))
+            from_logs += int(pc.sum(pc.fill_null(newer, True).cast(pa.int64())).as_py() or 0)
+        else:
+            from_logs += batch.num_rows
+        writer.write(batch)
+    stats = writer.close()
+    base_rows = 0
+    if s.base_file is not None:
+        with job.storage.open(s.base_file.path) as f:
+            base_rows = pq.ParquetFile(f).metadata.num_rows
+    written = stats.num_records
+    inserts = max(0, written - base_rows)
+    row: dict[str, Any] = {
+        "op": index,
+        "partition": s.partition,
+        "file_id": s.file_id,
+        "path": path,
+        "prev_commit": s.base_instant,
+        "prev_base_file": s.base_file.file_name if s.base_file is not None else None,
+        "num_writes": written,
+        "num_deletes": max(0, base_rows - written),
+        "num_update_writes": max(0, from_logs - inserts),
+        "num_inserts": inserts,
+        "file_size": stats.file_size,
+        "total_log_files": len(s.log_files),
+        "total_log_size": sum(lf.size for lf in s.log_files),
+        "log_read_ms": read_ms,
+        "upsert_ms": int((time.monotonic() - started) * 1000),
+        **_log_counts(job, s, commits),
+    }
+    row["total_updated_records_compacted"] = row["total_log_records"]
+    return pa.RecordBatch.from_pylist([row], schema=STATS_SCHEMA)
+
+
+# ---------------------------------------------------------------------------- the driver
+
+
+@dataclass(slots=True)
+class CompactionResult:
+    """What one run of ``execute_compaction`` did."""
+
+    instant: Instant
+    write_stats: list[dict[str, Any]] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+    """Files of failed or duplicate task attempts removed before the commit (markers reconciliation)."""
+    was_completed: bool = False
+    seconds: float = 0.0
+
+    @property
+    def bytes_written(self) -> int:
+        return sum(int(s.get("fileSizeInBytes") or 0) for s in self.write_stats)
+
+    def summary(self) -> str:
+        t = self.instant.requested_time
+        if self.was_completed:
+            return f"{t} compaction: already completed, nothing to do"
+        rows = sum(int(s.get("numWrites") or 0) for s in self.write_stats)
+        logs = sum(int(s.get("totalLogFilesCompacted") or 0) for s in self.write_stats)
+        done = f"completed at {self.instant.completion_time}" if self.instant.completion_time else "completed"
+        return (
+            f"{t} compaction: {len(self.write_stats)} file groups, {logs} log files merged, {rows} rows, "
+            f"{self.bytes_written / 1024 / 1024:.1f} MB written in {self.seconds:.1f} s; {done}"
+        )
+
+
+def _with_meta_fields(avro_schema: str, where: str) -> str:
+    """The table's Avro schema with Hudi's five meta fields first (``HoodieAvroUtils.addMetadataFields``)."""
+    try:
+        record = json.loads(avro_schema)
+    except json.JSONDecodeError as exc:
+        raise HoodieFormatError(f"{where}: the table's Avro schema is not JSON ({exc})") from None
+    fields = [f for f in record.get("fields") or [] if f.get("name") not in META_FIELDS]
+    meta = [{"name": n, "type": ["null", "string"], "doc": "", "default": None} for n in META_FIELDS]
+    return json.dumps({**record, "fields": meta + fields}, separators=(",", ":"))
+
+
+def prepare_job(
+    storage: Storage, config: TableConfig, timeline: Timeline, inst: Instant, plan: CompactionPlan
+) -> tuple[CompactionJob, str | None]:
+    """The job of a plan (files resolved and checked) and the table schema for the commit metadata."""
+    where = timeline.state_files(inst).get(State.REQUESTED) or timeline.state_file(inst)
+    if plan.version not in (None, 1, 2):
+        raise UnsupportedTableError(
+            f"{where}: compaction plan version {plan.version} is not supported (hoodied reads 1 and 2)"
+        )
+    if not plan.operations:
+        raise HoodieFormatError(f"{where}: compaction plan has no operations")
+    slices: list[FileSlice] = []
+    seen: set[tuple[str, str]] = set()
+    for op in plan.operations:
+        slices.append(_slice(storage, op, where))
+        key = (slices[-1].partition, op.file_id)
+        if key in seen:
+            raise HoodieFormatError(
+                f"{where}: file group {op.file_id} in partition {op.partition_path!r} is planned twice"
+            )
+        seen.add(key)
+    table = HoodieTable(storage, config, timeline)
+    schema = table.schema()
+    avro = table.avro_schema()
+    footer = _with_meta_fields(avro, where) if avro else avro_schema_json(schema, config.name)
+    job = CompactionJob(storage, config, timeline, inst.requested_time, schema, footer, tuple(slices),
+                        _pause_settings())
+    return job, avro
+
+
+def _slice(storage: Storage, op: CompactionOperation, where: str) -> FileSlice:
+    if op.bootstrap_file_path:
+        raise UnsupportedTableError(
+            f"{where}: file group {op.file_id} has bootstrap base file {op.bootstrap_file_path}; "
+            "hoodied does not support bootstrapped tables"
+        )
+    return operation_slice(storage, op.partition_path, op.file_id, op.base_instant_time,
+                           op.data_file_path, op.delta_file_paths, where)
+
+
+def _write_stat(row: dict[str, Any]) -> dict[str, Any]:
+    """A ``HoodieWriteStat`` of a compacted file, with the fields Hudi's compactor fills."""
+    stat = ws.write_stat(
+        file_id=row["file_id"], path=row["path"], partition_path=row["partition"],
+        prev_commit=row["prev_commit"], num_writes=row["num_writes"], num_inserts=row["num_inserts"],
+        num_updates=row["num_update_writes"], num_deletes=row["num_deletes"], file_size=row["file_size"],
+        prev_base_file=row["prev_base_file"],
+    )
+    stat.update({
+        "totalLogRecords": row["total_log_records"],
+        "totalLogFilesCompacted": row["total_log_files"],
+        "totalLogSizeCompacted": row["total_log_size"],
+        "totalUpdatedRecordsCompacted": row["total_updated_records_compacted"],
+        "totalLogBlocks": row["total_log_blocks"],
+        "totalRollbackBlocks": row["total_rollback_blocks"],
+        "totalLogReadTimeMs": row["log_read_ms"],
+        "runtimeStats": {"totalScanTime": row["log_read_ms"], "totalUpsertTime": row["upsert_ms"],
+                         "totalCreateTime": 0},
+    })
+    return stat
+
+
+def _reconcile(storage: Storage, instant_time: str, kept: set[str]) -> list[str]:
+    """Delete data files that have markers but are not in the write stats (Hudi's ``finalizeWrite``)."""
+    removed = []
+    for marker in WriteMarkers(storage, instant_time).markers():
+        if marker.data_path not in kept and storage.delete(marker.data_path):
+            removed.append(marker.data_path)
+    return removed
+
+
+def _check_startable(storage: Storage, inst: Instant, interval_ms: int, tolerable_misses: int) -> None:
+    if inst.state is State.REQUESTED:
+        return
+    t = inst.requested_time
+    if not is_heartbeat_expired(storage, t, interval_ms=interval_ms, tolerable_misses=tolerable_misses):
+        raise InstantStateError(
+            f"{t}: compaction has a live heartbeat (last beat at {last_heartbeat_ms(storage, t)} ms since "
+            "the epoch); another executor is working on it"
+        )
+    raise InstantStateError(
+        f"{t}: compaction is inflight from a failed attempt; roll it back first "
+        f"(`hoodied rollback TABLE --instant {t}`, or run it through `hoodied execute`)"
+    )
+
+
+def execute_compaction(
+    storage: Storage,
+    config: TableConfig,
+    lock: TableLock,
+    instant_time: str,
+    session: SparkSession,
+    *,
+    time_settings: TimeSettings | None = None,
+    heartbeat_interval_ms: int = DEFAULT_INTERVAL_MS,
+    tolerable_misses: int = DEFAULT_TOLERABLE_MISSES,
+) -> CompactionResult:
+    """Run the requested compaction ``instant_time`` on ``session`` and complete it (takes ``lock``).
+
+    Raises ``InstantStateError`` when there is no such compaction or it is inflight (a live
+    executor, or a failed attempt to roll back first), ``HoodieFormatError`` for a plan that
+    cannot be executed (a missing or foreign file) and ``UnsupportedTableError`` for tables
+    hoodied cannot compact; in all these cases nothing was changed. A failing Spark job
+    leaves the instant inflight without a heartbeat: a failed attempt.
+    """
+    require_no_metadata_table(storage, config, "compaction")
+    if not config.populate_meta_fields:
+        raise UnsupportedTableError(
+            f"{storage.base_uri}: compaction of tables without meta fields (hoodie.populate.meta.fields="
+            "false) is not supported"
+        )
+    started = time.monotonic()
+    writer = TimelineWriter(storage, config, lock, time_settings=time_settings)
+    heartbeat = Heartbeat(storage, instant_time, interval_ms=heartbeat_interval_ms)
+    with lock:
+        timeline = Timeline.load(storage, config)
+        inst = timeline.get(instant_time)
+        if inst is None or inst.action is not Action.COMPACTION:
+            raise InstantStateError(
+                f"{storage.base_uri}: no compaction instant {instant_time} on the active timeline"
+            )
+        if inst.is_completed:
+            WriteMarkers(storage, instant_time).delete_all()  # left by a crash right after completing
+            return CompactionResult(inst, was_completed=True)
+        _check_startable(storage, inst, heartbeat_interval_ms, tolerable_misses)
+        plan = timeline.plan(inst)
+        if not isinstance(plan, CompactionPlan):
+            raise HoodieFormatError(f"{timeline.state_file(inst, State.REQUESTED)}: compaction plan is empty")
+        job, table_schema = prepare_job(storage, config, timeline, inst, plan)
+        heartbeat.start()
+        try:
+            _pause(job.pause, "requested")
+            writer.transition_to_inflight(instant_time, Action.COMPACTION)
+        except BaseException:
+            heartbeat.stop(delete=True)
+            raise
+    try:
+        _pause(job.pause, "inflight")
+        rows = run_operations(session, len(job.slices), job, STATS_SCHEMA,
+                              description=f"compaction {instant_time} of {storage.base_uri}").to_pylist()
+        _pause(job.pause, "written")
+        result = CompactionResult(inst)
+        by_partition: dict[str, list[dict[str, Any]]] = {}
+        for row in sorted(rows, key=lambda r: r["op"]):
+            stat = _write_stat(row)
+            result.write_stats.append(stat)
+            by_partition.setdefault(row["partition"], []).append(stat)
+        if len({r["op"] for r in rows}) != len(job.slices):
+            raise InstantStateError(
+                f"{instant_time}: {len(rows)} task results for {len(job.slices)} operations"
+            )
+        metadata = ws.commit_metadata(by_partition, "COMPACT", table_schema, compacted=True)
+        with lock:
+            result.removed = _reconcile(storage, instant_time, {s["path"] for s in result.write_stats})
+            lock.ensure_held()
+            result.instant = writer.complete(
+                instant_time, Action.COMPACTION, ws.encode_commit_metadata(metadata, config.version)
+            )
+        WriteMarkers(storage, instant_time).delete_all()
+    finally:
+        heartbeat.stop(delete=True)
+    result.seconds = time.monotonic() - started
+    log.info("%s", result.summary())
+    return result

@@ -1,0 +1,230 @@
+"""The Spark engine of the data-rewriting services: sessions, and one task per operation.
+
+A service instant becomes one Spark job: a DataFrame with one row per operation (file group,
+clustering group...) in its own partition, processed with ``mapInArrow``. The task function
+receives the operation's index and the task's *write token* and returns Arrow rows (write
+statistics); the driver collects them with ``toArrow``. Only DataFrame APIs that Spark
+Connect also serves are used (no RDD, no ``SparkContext``), so the same code runs on
+
+- ``local`` (default): an in-process ``local[*]`` session. The Python workers run this very
+  interpreter (``PYSPARK_PYTHON``) with the project on their ``PYTHONPATH``; the UI and the
+  console progress bar are off and shuffles use few partitions;
+- ``sc://HOST:PORT``: a Spark Connect server. The ``hoodie`` and ``executors`` packages are
+  zipped and shipped as Python artifacts of the session, so the server's workers import the
+  same code as the driver.
+
+Extra Spark settings (``spark_conf``, the CLI's ``--spark-conf k=v``) are applied to either.
+
+Write token: Hudi's ``<task partition>-<stage id>-<task attempt id>`` from
+``pyspark.TaskContext``, so a retried or speculative attempt of an operation writes a file of
+another name; the driver keeps the files named in the collected statistics and removes the
+rest (markers reconciliation).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import shutil
+import sys
+import tempfile
+import zipfile
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+from pyspark import TaskContext
+from pyspark.sql import SparkSession
+
+from hoodie import errors
+from hoodie.errors import HoodieServiceError
+from hoodie.filenames import make_write_token
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "LOCAL",
+    "OperationTask",
+    "Session",
+    "SparkJobError",
+    "current_write_token",
+    "run_operations",
+    "spark_ddl",
+    "spark_session",
+]
+
+LOCAL = "local"
+_PROJECT_ROOT = Path(__file__).resolve().parent.parent
+_SHIPPED_PACKAGES = ("hoodie", "executors")
+
+#: Defaults of an embedded local session (overridable through ``spark_conf``).
+LOCAL_DEFAULTS: Mapping[str, str] = {
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.sql.shuffle.partitions": "4",
+    "spark.log.level": "WARN",
+    "spark.sql.execution.arrow.pyspark.enabled": "true",
+}
+
+#: The session type callers outside ``executors`` may name (they never import pyspark).
+Session = SparkSession
+
+#: The last line of a Python worker's traceback: ``module.Error: message``.
+_ERROR_LINE = re.compile(r"^(?:[\w.]+\.)?(\w+(?:Error|Exception)): (.+)$")
+
+
+class SparkJobError(HoodieServiceError):
+    """A Spark job failed for a reason that is not one of hoodied's own errors."""
+
+
+#: A task: (operation index, write token) -> one Arrow batch of results.
+OperationTask = Callable[[int, str], pa.RecordBatch]
+
+
+def _local_environment() -> None:
+    """Python workers of a local session: this interpreter, this project importable."""
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    root = str(_PROJECT_ROOT)
+    paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if root not in paths:
+        os.environ["PYTHONPATH"] = os.pathsep.join([root, *paths])
+
+
+def _package_zip(folder: Path) -> Path:
+    """``hoodie`` and ``executors`` as one zip (sources and package data) for Spark Connect."""
+    target = folder / "hoodied-packages.zip"
+    with zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as zf:
+        for package in _SHIPPED_PACKAGES:
+            base = _PROJECT_ROOT / package
+            for path in sorted(base.rglob("*")):
+                if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc":
+                    zf.write(path, path.relative_to(_PROJECT_ROOT).as_posix())
+    return target
+
+
+@contextmanager
+def spark_session(spark: str = LOCAL, conf: Mapping[str, str] | None = None) -> Iterator[SparkSession]:
+    """A session for ``spark`` (``local``, ``local[N]`` or ``sc://HOST:PORT``), stopped at the end.
+
+    The local session is created here and stopped on exit, unless this process has an
+    active session already: that one is used as it is and left running. A Spark Connect
+    session is closed on exit (the server keeps running).
+    """
+    conf = dict(conf or {})
+    if spark.startswith("sc://"):
+        builder = SparkSession.builder.remote(spark)
+        for key, value in conf.items():
+            builder = builder.config(key, value)
+        session = builder.getOrCreate()
+        tmp = Path(tempfile.mkdtemp(prefix="hoodied-artifacts-"))
+        try:
+            session.addArtifacts(str(_package_zip(tmp)), pyfile=True)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        log.info("Spark Connect session on %s", spark)
+    elif spark == LOCAL or spark.startswith("local["):
+        active = SparkSession.getActiveSession()
+        if active is not None:  # this process runs Spark already (tests, an embedding application)
+            log.info("using the active Spark session (Spark %s)", active.version)
+            yield active
+            return
+        _local_environment()
+        master = "local[*]" if spark == LOCAL else spark
+        builder = SparkSession.builder.master(master).appName("hoodied")
+        for key, value in {**LOCAL_DEFAULTS, **conf}.items():
+            builder = builder.config(key, value)
+        session = builder.getOrCreate()
+        log.info("local Spark session %s (Spark %s)", master, session.version)
+    else:
+        raise ValueError(f"--spark {spark!r}: expected 'local', 'local[N]' or sc://HOST:PORT")
+    try:
+        yield session
+    finally:
+        session.stop()
+
+
+def current_write_token() -> str:
+    """Hudi's write token of the running Spark task (``0-0-0`` outside a task)."""
+    ctx = TaskContext.get()
+    if ctx is None:
+        return make_write_token(0, 0, 0)
+    return make_write_token(ctx.partitionId(), ctx.stageId(), ctx.taskAttemptId())
+
+
+_DDL_TYPES = {
+    pa.string(): "string",
+    pa.int64(): "bigint",
+    pa.int32(): "int",
+    pa.float64(): "double",
+    pa.bool_(): "boolean",
+}
+
+
+def spark_ddl(schema: pa.Schema) -> str:
+    """The Spark DDL of a flat Arrow schema of strings, integers, doubles and booleans."""
+    parts = []
+    for f in schema:
+        kind = _DDL_TYPES.get(f.type)
+        if kind is None:
+            raise ValueError(f"result column {f.name}: Arrow type {f.type} is not a result type")
+        parts.append(f"`{f.name}` {kind}")
+    return ", ".join(parts)
+
+
+@dataclass(frozen=True)
+class _PartitionRunner:
+    """The ``mapInArrow`` function: each input row is an operation index; pickled to the workers."""
+
+    task: OperationTask
+    schema: pa.Schema
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        token = current_write_token()
+        for batch in batches:
+            for index in batch.column(0).to_pylist():
+                out = self.task(int(index), token)
+                yield out.select(self.schema.names).cast(self.schema)
+
+
+def run_operations(
+    session: SparkSession, count: int, task: OperationTask, schema: pa.Schema, *, description: str = ""
+) -> pa.Table:
+    """Run ``task`` once per operation index in ``[0, count)``, one Spark partition each.
+
+    Returns the rows of every task (``schema``). A failing task fails the job; Spark's
+    exception is raised as it comes (its message carries the task's Python error).
+    """
+    if count == 0:
+        return schema.empty_table()
+    frame: Any = session.range(0, count, 1, numPartitions=count)
+    if description:
+        log.info("Spark job: %s (%d operations)", description, count)
+    try:
+        result = frame.mapInArrow(_PartitionRunner(task, schema), spark_ddl(schema)).toArrow()
+    except HoodieServiceError:
+        raise
+    except Exception as exc:  # pyspark's errors carry the worker's traceback as text
+        raise task_error(exc, description) from exc
+    return result.select(schema.names).cast(schema)
+
+
+def task_error(exc: Exception, description: str) -> HoodieServiceError:
+    """The error a failed job raises: hoodied's own error class of a task when it is one
+    (its one-line message kept), else ``SparkJobError`` with the last line Spark reports."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    for line in reversed(lines):
+        m = _ERROR_LINE.match(line)
+        if m is None:
+            continue
+        kind = getattr(errors, m.group(1), None)
+        message = re.sub(r"\s*SQLSTATE: \w+$", "", m.group(2))
+        if isinstance(kind, type) and issubclass(kind, HoodieServiceError):
+            return kind(message)
+        return SparkJobError(f"{description or 'Spark job'} failed: {m.group(1)}: {message}")
+    first = lines[0] if lines else type(exc).__name__
+    return SparkJobError(f"{description or 'Spark job'} failed: {first}")
