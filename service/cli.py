@@ -252,3 +252,7 @@ _register_service_commands()
 
 def main(argv: list[str] | None = None) -> None:
     cli.main(args=argv, prog_name="hoodied")
+
+
+if __name__ == "__main__":
+    main()

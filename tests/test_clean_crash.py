@@ -185,3 +185,22 @@ def test_redis_stopped_during_scheduling(  # type: ignore[no-untyped-def]
         done = execute_clean(storage, load_table_config(storage), factory.lock(storage.base_uri),
                              instant.requested_time, time_settings=FAST)
     assert len(done.deleted) == 12 and done.instant.is_completed
+
+
+@pytest.mark.parametrize("lock", ["local", "redis"])
+def test_two_processes_scheduling_at_once_make_exactly_one_plan(  # type: ignore[no-untyped-def]
+    hudi_table, redis_server: RedisServer, lock: str  # noqa: F811
+) -> None:
+    root = hudi_table("cow/v9_txns_simple_nometa")
+    option = redis_server.url if lock == "redis" else "local"
+    command = [sys.executable, "-m", "service.cli", "schedule", "clean", str(root), "--retained", "1",
+               "--lock", option, *SKEW]
+    env = {**os.environ, "PYTHONPATH": str(PROJECT)}
+    procs = [subprocess.Popen(command, cwd=PROJECT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+             for _ in range(2)]
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    requested = sorted((root / ".hoodie" / "timeline").glob("*.clean.requested"))
+    assert len(requested) == 1, requested
+    said = b"".join(out for out, _ in outs).decode()
+    assert "still pending" in said  # the second scheduler saw the first one's plan
