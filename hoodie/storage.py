@@ -57,47 +57,9 @@ class Storage(Protocol):
 
     def walk(self, path: str = "") -> Iterator[FileInfo]: ...
 
-    def _write_temp(self, target: str, data: bytes) -> str:
-        """``data`` durably in a fresh temp file beside ``target``; returns its path."""
-        parent = os.path.dirname(target)
-        os.makedirs(parent, exist_ok=True)
-        tmp = os.path.join(parent, f".{os.path.basename(target)}.{uuid.uuid4().hex}.tmp")
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        return tmp
+    def put_if_absent(self, path: str, data: bytes) -> None: ...
 
-    def put_if_absent(self, path: str, data: bytes) -> None:
-        """Write-once create: a temp file, then an atomic no-replace link into place."""
-        target = _join(self._root, path)
-        tmp = None
-        try:
-            tmp = self._write_temp(target, data)
-            os.link(tmp, target)
-        except OSError as exc:
-            if exc.errno == errno.EEXIST:
-                raise FileAlreadyExistsError(f"{target}: already exists") from exc
-            raise self._errors(path, exc) from exc
-        finally:
-            if tmp is not None:
-                with contextlib.suppress(OSError):
-                    os.unlink(tmp)
-
-    def put(self, path: str, data: bytes) -> None:
-        """Atomic create-or-replace (temp file + rename); for files Hudi itself overwrites."""
-        target = _join(self._root, path)
-        tmp = None
-        try:
-            tmp = self._write_temp(target, data)
-            os.replace(tmp, target)
-            tmp = None
-        except OSError as exc:
-            raise self._errors(path, exc) from exc
-        finally:
-            if tmp is not None:
-                with contextlib.suppress(OSError):
-                    os.unlink(tmp)
+    def put(self, path: str, data: bytes) -> None: ...
 
     def delete(self, path: str) -> bool: ...
 
@@ -204,51 +166,47 @@ class LocalStorage:
             else:
                 yield info
 
+    def _write_temp(self, target: str, data: bytes) -> str:
+        """``data`` durably in a fresh temp file beside ``target``; returns its path."""
+        parent = os.path.dirname(target)
+        os.makedirs(parent, exist_ok=True)
+        tmp = os.path.join(parent, f".{os.path.basename(target)}.{uuid.uuid4().hex}.tmp")
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        return tmp
+
     def put_if_absent(self, path: str, data: bytes) -> None:
         """Write-once create: a temp file, then an atomic no-replace link into place."""
         target = _join(self._root, path)
-        parent = os.path.dirname(target)
-        tmp = os.path.join(parent, f".{os.path.basename(target)}.{uuid.uuid4().hex}.tmp")
+        tmp = None
         try:
-            os.makedirs(parent, exist_ok=True)
-            with open(tmp, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-            try:
-                os.link(tmp, target)
-            except FileExistsError as exc:
-                raise FileAlreadyExistsError(f"{target}: already exists") from exc
-        except FileAlreadyExistsError:
-            raise
+            tmp = self._write_temp(target, data)
+            os.link(tmp, target)
         except OSError as exc:
             if exc.errno == errno.EEXIST:
                 raise FileAlreadyExistsError(f"{target}: already exists") from exc
             raise self._errors(path, exc) from exc
         finally:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
+            if tmp is not None:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
 
     def put(self, path: str, data: bytes) -> None:
         """Atomic create-or-replace (temp file + rename); for files Hudi itself overwrites."""
         target = _join(self._root, path)
-        parent = os.path.dirname(target)
-        tmp = os.path.join(parent, f".{os.path.basename(target)}.{uuid.uuid4().hex}.tmp")
+        tmp = None
         try:
-            os.makedirs(parent, exist_ok=True)
-            with open(tmp, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
+            tmp = self._write_temp(target, data)
             os.replace(tmp, target)
+            tmp = None
         except OSError as exc:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
             raise self._errors(path, exc) from exc
+        finally:
+            if tmp is not None:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
 
     def delete(self, path: str) -> bool:
         """Delete a file; ``False`` when it was already gone."""
