@@ -17,7 +17,7 @@ import click
 import pyarrow.parquet as pq
 
 from hoodie.filenames import BaseFileName, LogFileName
-from hoodie.instant import Instant
+from hoodie.instant import Action, Instant
 from hoodie.metadata import ListingDrift, listing_drift
 from hoodie.table import HoodieTable, Listing
 from hoodie.timeline import Timeline
@@ -115,6 +115,9 @@ def _metadata_report(table: HoodieTable) -> dict[str, Any]:
         "partitions_inflight": list(cfg.metadata_partitions_inflight),
     }
     if cfg.metadata_table_available:
+        mdt = table.metadata
+        if mdt is not None:
+            out["timeline"] = _mdt_timeline_health(mdt.timeline)
         drift = committed_listing_drift(table)
         out["drift"] = {
             "total": drift.count,
@@ -130,6 +133,22 @@ def _metadata_report(table: HoodieTable) -> dict[str, Any]:
             ],
         }
     return out
+
+
+def _mdt_timeline_health(timeline: Timeline) -> dict[str, Any]:
+    """The metadata table's own upkeep: its last compaction and what has piled up since."""
+    compactions = timeline.completed((Action.COMPACTION,))
+    last = compactions[-1] if compactions else None
+    last_done = (last.completion_time or last.requested_time) if last else ""
+    deltas = timeline.completed((Action.DELTA_COMMIT,))
+    since = [i for i in deltas if (i.completion_time or i.requested_time) > last_done]
+    cleans = timeline.completed((Action.CLEAN,))
+    return {
+        "last_compaction": last.requested_time if last else None,
+        "delta_commits_since_compaction": len(since),
+        "last_clean": cleans[-1].requested_time if cleans else None,
+        "pending": [f"{i.requested_time} {i.action.value} {i.state.value}" for i in timeline.pending()],
+    }
 
 
 def committed_listing_drift(table: HoodieTable) -> ListingDrift:
@@ -190,6 +209,14 @@ def render_inspect(report: dict[str, Any]) -> str:
         inflight = mdt.get("partitions_inflight")
         suffix = f" (inflight: {', '.join(inflight)})" if inflight else ""
         lines.append(f"metadata table {', '.join(mdt['partitions'])}{suffix}")
+        if "timeline" in mdt:
+            h = mdt["timeline"]
+            pending = f"; pending: {', '.join(h['pending'])}" if h["pending"] else ""
+            lines.append(
+                f"metadata upkeep last compaction {h['last_compaction'] or '-'}, "
+                f"{h['delta_commits_since_compaction']} delta commits since, "
+                f"last clean {h['last_clean'] or '-'}{pending}"
+            )
         if "drift" in mdt:
             d = mdt["drift"]
             lines.append(f"listing drift  {d['summary']}")

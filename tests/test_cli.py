@@ -331,3 +331,19 @@ def test_partial_update_mode_is_refused(hudi_table, tmp_path: Path) -> None:
     code, _, err = run("read", str(table), "--output", str(tmp_path / "x.parquet"))
     assert code == EXIT_UNSUPPORTED
     assert_one_line_error(err, "partial update mode IGNORE_DEFAULTS")
+
+
+def test_inspect_reports_metadata_table_upkeep(shared_table) -> None:
+    table = shared_table("mor/avro/v8_trips_8i3u1d")
+    code, out, _ = run("inspect", str(table), "--json")
+    assert code == 0
+    health = json.loads(out)["metadata_table"]["timeline"]
+    # the MDT compacted at ...130942; the deltacommit 130911 completed after it (131727 > 131219)
+    assert health == {
+        "last_compaction": "20251220210130942",
+        "delta_commits_since_compaction": 1,
+        "last_clean": None,
+        "pending": [],
+    }
+    code, text, _ = run("inspect", str(table))
+    assert "metadata upkeep last compaction 20251220210130942, 1 delta commits since" in text
