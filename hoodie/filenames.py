@@ -71,6 +71,21 @@ class LogFileName:
         return self.format()
 
 
+def writer_instant(name: str, table_version: int) -> str | None:
+    """The instant that wrote a data file, when its name tells it.
+
+    A base file names its writer. A log file names its delta commit from table version 8 on;
+    in version 6 it names the file slice's base instant instead, so it tells nothing.
+    """
+    base = BaseFileName.parse(name)
+    if base is not None:
+        return base.instant_time
+    if table_version >= 8:
+        log = LogFileName.parse(name)
+        return log.instant_time if log is not None else None
+    return None
+
+
 def make_write_token(task_partition: int, stage: int, attempt: int) -> str:
     return f"{task_partition}-{stage}-{attempt}"
 

@@ -31,7 +31,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from hoodie.errors import HoodieFormatError, TableNotFoundError, UnsupportedTableError
-from hoodie.filenames import BaseFileName, LogFileName
+from hoodie.filenames import BaseFileName, LogFileName, writer_instant
 from hoodie.hfile import HFileReader
 from hoodie.instant import Action, Instant
 from hoodie.logfile import (
@@ -318,7 +318,7 @@ class MetadataTable:
             return files
         out = {}
         for name, size in files.items():
-            instant = _writer_instant(name, self.data_config.version)
+            instant = writer_instant(name, self.data_config.version)
             if instant is not None and instant in pending:
                 log.debug(
                     "%s: MDT lists %s/%s written by instant %s, pending on the data timeline; ignored",
@@ -330,14 +330,6 @@ class MetadataTable:
                 continue
             out[name] = size
         return out
-
-
-def _writer_instant(name: str, table_version: int) -> str | None:
-    if (base := BaseFileName.parse(name)) is not None:
-        return base.instant_time
-    if table_version >= 8 and (lf := LogFileName.parse(name)) is not None:
-        return lf.instant_time
-    return None
 
 
 # ---------------------------------------------------------------------- drift

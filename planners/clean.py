@@ -44,7 +44,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
-from hoodie.filenames import BaseFileName, LogFileName
+from hoodie.filenames import BaseFileName, writer_instant
 from hoodie.fsview import FileGroup, FilesByPartition, FileSlice, FileSystemView
 from hoodie.instant import WRITE_ACTIONS, Action, Instant
 from hoodie.mdt_clean import require_clean_maintainable
@@ -377,20 +377,10 @@ def failed_write_leftovers(
     out: dict[str, list[str]] = {}
     for partition, files in listing.items():
         for name, _size in files:
-            writer = _writer_instant(name, config)
+            writer = writer_instant(name, config.version)
             if writer in undone and name not in savepointed:
                 out.setdefault(partition, []).append(f"{partition}/{name}" if partition else name)
     return out
-
-
-def _writer_instant(name: str, config: TableConfig) -> str | None:
-    base = BaseFileName.parse(name)
-    if base is not None:
-        return base.instant_time
-    if config.has_completion_time:
-        log_name = LogFileName.parse(name)
-        return log_name.instant_time if log_name is not None else None
-    return None
 
 
 def planned_files(plan: Mapping[str, Any]) -> list[str]:

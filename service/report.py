@@ -16,7 +16,7 @@ from typing import Any
 import click
 import pyarrow.parquet as pq
 
-from hoodie.filenames import BaseFileName, LogFileName
+from hoodie.filenames import writer_instant
 from hoodie.instant import Action, Instant
 from hoodie.metadata import ListingDrift, listing_drift
 from hoodie.table import HoodieTable, Listing
@@ -161,22 +161,14 @@ def committed_listing_drift(table: HoodieTable) -> ListingDrift:
     commits = table.commit_state()
     storage_side: dict[str, list[tuple[str, int]]] = {}
     for partition, files in table.list_files("storage").items():
-        kept = [
-            (name, size)
-            for name, size in files
-            if _file_instant(name) is None or commits.is_committed(_file_instant(name) or "")
-        ]
+        kept = []
+        for name, size in files:
+            writer = writer_instant(name, table.config.version)
+            if writer is None or commits.is_committed(writer):
+                kept.append((name, size))
         if kept:
             storage_side[partition] = kept
     return listing_drift(storage_side, table.list_files("metadata"))
-
-
-def _file_instant(name: str) -> str | None:
-    base = BaseFileName.parse(name)
-    if base is not None:
-        return base.instant_time
-    log = LogFileName.parse(name)
-    return log.instant_time if log is not None else None
 
 
 def render_inspect(report: dict[str, Any]) -> str:

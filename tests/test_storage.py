@@ -68,3 +68,14 @@ def test_pickles_for_spark_workers(tmp_path: Path) -> None:
     s = pickle.loads(pickle.dumps(LocalStorage(str(tmp_path))))
     s.put("x", b"1")
     assert s.read("x") == b"1"
+
+
+def test_writer_instant_of_data_file_names() -> None:
+    from hoodie.filenames import writer_instant
+
+    base = "3e93c8a9-1b2c-4d5e-8f90-123456789abc-0_0-236-590_20260307162618152.parquet"
+    log = ".3e93c8a9-1b2c-4d5e-8f90-123456789abc-0_20260307162620000.log.1_0-1-2"
+    assert writer_instant(base, 6) == writer_instant(base, 9) == "20260307162618152"
+    assert writer_instant(log, 9) == "20260307162620000"
+    assert writer_instant(log, 6) is None  # v6 log names carry the slice's base instant
+    assert writer_instant(".hoodie_partition_metadata", 9) is None
