@@ -205,18 +205,19 @@ def compact_operation(job: CompactionJob, index: int, write_token: str) -> pa.Re
     )
     if job.pause is not None and job.pause[0].startswith("task:") and index >= int(job.pause[0][5:]):
         _pause(job.pause, job.pause[0])
-    writer = BaseFileWriter(job.storage, path, job.schema, avro_schema=job.footer_schema)
-    file_col = job.schema.get_field_index(FILE_NAME)
-    from_logs = 0
-    for batch in itertools.chain([first] if first is not None else [], batches):
-        batch = batch.set_column(file_col, job.schema.field(FILE_NAME), repeat_string(name, batch.num_rows))
-        if s.base_file is not None:
-            newer = pc.greater(batch.column(COMMIT_TIME), pa.scalar(s.base_instant))
-            from_logs += int(pc.sum(pc.fill_null(newer, True).cast(pa.int64())).as_py() or 0)
-        else:
-            from_logs += batch.num_rows
-        writer.write(batch)
-    stats = writer.close()
+    with BaseFileWriter(job.storage, path, job.schema, avro_schema=job.footer_schema) as writer:
+        file_col = job.schema.get_field_index(FILE_NAME)
+        file_field = job.schema.field(FILE_NAME)
+        from_logs = 0
+        for batch in itertools.chain([first] if first is not None else [], batches):
+            batch = batch.set_column(file_col, file_field, repeat_string(name, batch.num_rows))
+            if s.base_file is not None:
+                newer = pc.greater(batch.column(COMMIT_TIME), pa.scalar(s.base_instant))
+                from_logs += int(pc.sum(pc.fill_null(newer, True).cast(pa.int64())).as_py() or 0)
+            else:
+                from_logs += batch.num_rows
+            writer.write(batch)
+        stats = writer.close()
     base_rows = 0
     if s.base_file is not None:
         with job.storage.open(s.base_file.path) as f:

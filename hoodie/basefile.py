@@ -23,6 +23,7 @@ created write-once; the streaming writer bounds the *input* side to one row grou
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -250,8 +251,9 @@ def _check_schema(schema: pa.Schema, where: str) -> None:
 class BaseFileWriter:
     """Streaming parquet base-file writer: ``write(batch)`` any number of times, then ``close()``.
 
-    Memory: buffered input up to one row group, plus the compressed file (Storage creates
-    files from bytes). The bloom filter and min/max keys are built as batches arrive.
+    Memory: buffered input up to one row group; the file streams to a temp file that becomes
+    the base file, write-once, on ``close()``. The bloom filter and min/max keys are built as
+    batches arrive.
     """
 
     def __init__(
@@ -273,9 +275,9 @@ class BaseFileWriter:
         self._schema = schema.remove_metadata()
         self._avro_schema = avro_schema
         self._rg_rows = max(1, row_group_rows)
-        self._sink = pa.BufferOutputStream()
+        self._out = storage.create_if_absent(path)
         self._writer = pq.ParquetWriter(
-            self._sink,
+            self._out.path,
             self._schema,
             compression=compression,
             version="2.6",
@@ -339,10 +341,9 @@ class BaseFileWriter:
         meta["writer.model.name"] = "avro"
         self._writer.add_key_value_metadata(meta)
         self._writer.close()
-        data = self._sink.getvalue().to_pybytes()
-        self._storage.put_if_absent(self._path, data)
-        log.debug("wrote base file %s: %d rows, %d bytes", self._path, self._rows, len(data))
-        return BaseFileStats(self._path, self._rows, len(data), self._min, self._max)
+        size = self._out.commit()
+        log.debug("wrote base file %s: %d rows, %d bytes", self._path, self._rows, size)
+        return BaseFileStats(self._path, self._rows, size, self._min, self._max)
 
     def __enter__(self) -> BaseFileWriter:
         return self
@@ -350,6 +351,16 @@ class BaseFileWriter:
     def __exit__(self, exc_type: object, *exc: object) -> None:
         if not self._closed and exc_type is None:
             self.close()
+        elif not self._closed:
+            self.abort()
+
+    def abort(self) -> None:
+        """Give up: the partial file is removed and nothing appears under the base file's name."""
+        if not self._closed:
+            self._closed = True
+            with contextlib.suppress(Exception):
+                self._writer.close()
+            self._out.abort()
 
 
 def write_base_file(

@@ -61,11 +61,62 @@ class Storage(Protocol):
 
     def put(self, path: str, data: bytes) -> None: ...
 
+    def create_if_absent(self, path: str) -> WriteOnceFile: ...
+
     def delete(self, path: str) -> bool: ...
 
     def child(self, path: str) -> Storage: ...
 
     def local_path(self, path: str = "") -> str | None: ...
+
+
+class WriteOnceFile:
+    """A file being written for a write-once create: streamed to a temp file beside the target,
+    then linked into place by ``commit()`` (``FileAlreadyExistsError`` if the target appeared).
+
+    ``path`` is the temp file's local path, for writers (pyarrow) that write faster to a path
+    than to a Python file object. ``abort()`` (or leaving the ``with`` block by an exception)
+    removes the temp file.
+    """
+
+    def __init__(self, storage: LocalStorage, relative: str, target: str) -> None:
+        self._storage = storage
+        self._relative = relative
+        self._target = target
+        parent = os.path.dirname(target)
+        try:
+            os.makedirs(parent, exist_ok=True)
+        except OSError as exc:
+            raise storage._errors(relative, exc) from exc
+        self.path = os.path.join(parent, f".{os.path.basename(target)}.{uuid.uuid4().hex}.tmp")
+        self._done = False
+
+    def commit(self) -> int:
+        """Make the written file durable and visible under its final name; returns its size."""
+        try:
+            with open(self.path, "rb+") as f:
+                os.fsync(f.fileno())
+            size = os.stat(self.path).st_size
+            os.link(self.path, self._target)
+        except OSError as exc:
+            self.abort()
+            if exc.errno == errno.EEXIST:
+                raise FileAlreadyExistsError(f"{self._target}: already exists") from exc
+            raise self._storage._errors(self._relative, exc) from exc
+        self.abort()
+        return size
+
+    def abort(self) -> None:
+        if not self._done:
+            self._done = True
+            with contextlib.suppress(OSError):
+                os.unlink(self.path)
+
+    def __enter__(self) -> WriteOnceFile:
+        return self
+
+    def __exit__(self, exc_type: object, *exc: object) -> None:
+        self.abort()
 
 
 def _join(root: str, path: str) -> str:
@@ -207,6 +258,10 @@ class LocalStorage:
             if tmp is not None:
                 with contextlib.suppress(OSError):
                     os.unlink(tmp)
+
+    def create_if_absent(self, path: str) -> WriteOnceFile:
+        """Stream a large write-once file (see ``WriteOnceFile``); memory stays with the writer."""
+        return WriteOnceFile(self, path, _join(self._root, path))
 
     def delete(self, path: str) -> bool:
         """Delete a file; ``False`` when it was already gone."""

@@ -208,3 +208,28 @@ def test_create_schema_flavour() -> None:
         "namespace": "hoodie.t",
         "fields": [{"name": "a", "type": ["string", "null"]}, {"name": "b", "type": ["long", "null"]}],
     }
+
+
+def test_a_failed_write_leaves_no_file(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import os
+
+    import pyarrow as pa
+
+    from hoodie.basefile import BaseFileWriter, with_meta_columns
+    from hoodie.storage import LocalStorage
+
+    storage = LocalStorage(str(tmp_path))
+    data = with_meta_columns(
+        pa.table({"id": ["a", "b"], "v": [1, 2]}),
+        record_keys=pa.array(["a", "b"]),
+        partition_path="",
+        file_name="f.parquet",
+        commit_time="20260101000000000",
+    )
+    try:
+        with BaseFileWriter(storage, "f.parquet", data.schema, avro_schema='{"type":"record"}') as w:
+            w.write(data)
+            raise RuntimeError("task killed")
+    except RuntimeError:
+        pass
+    assert os.listdir(tmp_path) == []

@@ -79,3 +79,24 @@ def test_writer_instant_of_data_file_names() -> None:
     assert writer_instant(log, 9) == "20260307162620000"
     assert writer_instant(log, 6) is None  # v6 log names carry the slice's base instant
     assert writer_instant(".hoodie_partition_metadata", 9) is None
+
+
+def test_create_if_absent_streams_then_links_once(tmp_path: Path) -> None:
+    s = LocalStorage(str(tmp_path))
+    with s.create_if_absent("p/big.parquet") as out:
+        with open(out.path, "wb") as f:
+            f.write(b"x" * 1000)
+        assert not (tmp_path / "p/big.parquet").exists()  # invisible until committed
+        assert out.commit() == 1000
+    assert s.read("p/big.parquet") == b"x" * 1000
+    with s.create_if_absent("p/big.parquet") as out, open(out.path, "wb") as f:
+        f.write(b"y")
+        f.flush()
+        with pytest.raises(FileAlreadyExistsError):
+            out.commit()
+    assert s.read("p/big.parquet") == b"x" * 1000
+    with pytest.raises(RuntimeError), s.create_if_absent("p/other.parquet") as out:
+        with open(out.path, "wb") as f:
+            f.write(b"partial")
+        raise RuntimeError("writer died")
+    assert os.listdir(tmp_path / "p") == ["big.parquet"]  # no temp file, no partial file
