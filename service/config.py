@@ -39,6 +39,7 @@ from hoodie.errors import HoodieServiceError
 from hoodie.instant import Action
 from hoodie.locks import LockSettings
 from planners.clean import CleanPolicy, CleanSettings
+from planners.compaction import CompactionStrategy
 
 __all__ = [
     "SERVICE_ACTIONS",
@@ -133,6 +134,12 @@ class CompactionService(_Frozen):
     """Which file slices a plan takes (``hoodie.compaction.strategy``, simple class name)."""
     target_io_mb: int = Field(512_000, ge=1)
     """I/O budget of one plan in MB (``hoodie.compaction.target.io``)."""
+
+    @field_validator("strategy")
+    @classmethod
+    def _strategy(cls, v: str) -> str:
+        CompactionStrategy.parse(v)  # an unknown strategy is a settings error at start, not at planning
+        return v
 
 
 class LogCompactionService(_Frozen):

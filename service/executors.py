@@ -29,19 +29,24 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
 
 from executors.clean import execute_clean
 from hoodie.instant import WRITE_ACTIONS, Action, Instant
 from hoodie.locks import TableLock
 from hoodie.properties import TableConfig
 from hoodie.storage import Storage
-from hoodie.timeline import Timeline
+from hoodie.timeline import Timeline, datetime_to_instant_time
 from hoodie.truetime import TimeSettings
-from service.config import SERVICE_ACTIONS, DaemonConfig, Policy
+from planners.compaction import CompactionSettings, needs_compaction
+from service.config import SERVICE_ACTIONS, CompactionService, DaemonConfig, Policy, SparkConfig
 
 __all__ = [
     "ExecutorSpec",
+    "SparkEngine",
     "JobContext",
     "PlanContext",
     "PlanOutcome",
@@ -51,6 +56,7 @@ __all__ = [
     "register_executor",
     "register_planner",
     "service_of",
+    "spark_engine",
 ]
 
 
@@ -195,9 +201,103 @@ def _plan_clean(ctx: PlanContext) -> PlanOutcome:
     return PlanOutcome(instant, result.summary())
 
 
+# ---------------------------------------------------------------------------- compaction
+
+
+class SparkEngine:
+    """The daemon's one Spark session (``settings.spark``), shared by the jobs of every table.
+
+    It starts with the first job that needs it (a daemon with nothing to compact never starts
+    Spark) and ``close()`` stops it when the daemon stops. pyspark is imported only then:
+    ``service`` modules must not import it directly, and a poll-only daemon should not pay for it.
+    """
+
+    def __init__(self) -> None:
+        self._guard = threading.Lock()
+        self._stack = ExitStack()
+        self._session: Any = None
+
+    def session(self, spark: SparkConfig) -> Any:
+        with self._guard:  # two first jobs at once must not start two sessions
+            if self._session is None:
+                from executors.engine import spark_session
+
+                self._session = self._stack.enter_context(spark_session(spark.master, spark.conf))
+            return self._session
+
+    @property
+    def started(self) -> bool:
+        return self._session is not None
+
+    def close(self) -> None:
+        with self._guard:
+            self._stack.close()
+            self._session = None
+
+
+_ENGINE = SparkEngine()
+
+
+def spark_engine() -> SparkEngine:
+    """The process's engine; the loop closes it on shutdown."""
+    return _ENGINE
+
+
+def compaction_settings(service: CompactionService) -> CompactionSettings:
+    """A table's compaction policy as the planner's settings (Hudi's option keys)."""
+    return CompactionSettings.from_options({
+        "hoodie.compact.inline.trigger.strategy": service.trigger,
+        "hoodie.compact.inline.max.delta.commits": str(service.delta_commits),
+        "hoodie.compact.inline.max.delta.seconds": str(service.delta_seconds),
+        "hoodie.compaction.strategy": service.strategy,
+        "hoodie.compaction.target.io": str(service.target_io_mb),
+    })
+
+
+def _run_compaction(ctx: JobContext) -> str:
+    # imported here: service.compaction is a command module (click) and reaches pyspark
+    from service.compaction import run_compaction
+
+    hb = ctx.settings.heartbeat
+    result = run_compaction(
+        ctx.storage, ctx.lock, ctx.instant.requested_time, _ENGINE.session(ctx.settings.spark),
+        time_settings=ctx.time_settings, heartbeat_interval_ms=hb.interval_ms,
+        tolerable_misses=hb.tolerable_misses,
+    )
+    return result.summary()
+
+
+def compaction_due(timeline: Timeline, policy: Policy) -> str | None:
+    """The table policy's trigger fires (merge-on-read only, no compaction already pending).
+
+    Tables with a metadata table are not excluded here: planning them reports the service
+    as unsupported (``UnsupportedTableError``) while the table's other services go on.
+    """
+    config = timeline.config
+    if not config.is_mor or timeline.pending((Action.COMPACTION,)):
+        return None
+    settings = compaction_settings(policy.services.compaction)
+    now = datetime_to_instant_time(datetime.now(UTC), config.tzinfo)
+    due, why = needs_compaction(timeline, config, settings, now)
+    return why if due else None
+
+
+def _plan_compaction(ctx: PlanContext) -> PlanOutcome:
+    from planners.compaction import schedule_compaction
+
+    instant, result = schedule_compaction(
+        ctx.storage, ctx.lock, compaction_settings(ctx.policy.services.compaction),
+        time_settings=ctx.time_settings,
+    )
+    return PlanOutcome(instant, result.summary())
+
+
 def _register_builtins() -> None:
     register_executor(Action.CLEAN, _run_clean, resumes_inflight=True)
     register_planner("clean", clean_due, _plan_clean)
+    # a failed compaction attempt is rolled back before it runs again (service.jobs)
+    register_executor(Action.COMPACTION, _run_compaction)
+    register_planner("compaction", compaction_due, _plan_compaction)
 
 
 _register_builtins()

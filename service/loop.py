@@ -53,7 +53,7 @@ from hoodie.errors import HoodieFormatError, TableNotFoundError, UnsupportedTabl
 from hoodie.storage import Storage, storage_for
 from service import jobs as joblib
 from service.config import SERVICE_ACTIONS, DaemonConfig, DiscoverRoot, Policy
-from service.executors import Registry, default_registry
+from service.executors import Registry, default_registry, spark_engine
 from service.jobs import Job, JobOutcome
 from service.locks import RedisLockFactory
 from service.metrics import Metrics, StateSnapshot, TableSnapshot
@@ -174,6 +174,10 @@ class Daemon:
                     await listener.aclose()
             for job in self.abandoned:
                 job.release_after_abandon()
+            engine = spark_engine()
+            if engine.started:  # jobs are over or abandoned: their instants stay recoverable
+                with anyio.CancelScope(shield=True):
+                    await anyio.to_thread.run_sync(engine.close)
             if self.factory is not None:
                 self.factory.close()
         why = self.stop_reason or ("one pass done" if self.once else "stopped")

@@ -1,0 +1,123 @@
+"""The daemon plans and executes compactions with its Spark engine (real files, real Spark local).
+
+``hoodied run --once`` runs as a subprocess: the daemon's own lazily started Spark session
+is the one extra session of this test (it must not share the process of the session-scoped
+session of ``test_compaction``, which the daemon would stop on shutdown).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+import yaml
+from conftest import require_fixture, unzip_table
+from mor_tables import hudi_rs_rows, written_mor_table
+
+from hoodie.instant import Action
+from hoodie.properties import load_table_config
+from hoodie.storage import LocalStorage
+from hoodie.timeline import Timeline
+from service.config import load_config
+from service.executors import spark_engine
+from service.loop import Daemon
+
+PROJECT = Path(__file__).resolve().parent.parent
+V9 = "mor/avro/v9_txns_simple_nometa"
+HUDI_COMPACTION = "20260307135839895"  # inflight once its completion and outputs are gone
+
+
+def _timeline(root: Path) -> Timeline:
+    storage = LocalStorage(str(root))
+    return Timeline.load(storage, load_table_config(storage))
+
+
+def _reopen(root: Path, t: str) -> None:
+    """Make the fixture's completed compaction ``t`` a failed attempt: completion and outputs gone."""
+    timeline_dir = root / ".hoodie" / "timeline"
+    for f in timeline_dir.glob(f"{t}*"):
+        if not f.name.endswith((".requested", ".inflight")):
+            f.unlink()
+    outputs = list(root.rglob(f"*_{t}.parquet"))
+    assert len(outputs) == 2
+    for p in outputs:
+        p.unlink()
+
+
+@pytest.fixture(autouse=True)
+def _isolated_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No HOODIED_* setting of the machine running the tests leaks into them."""
+    for name in list(os.environ):
+        if name.startswith("HOODIED_"):
+            monkeypatch.delenv(name)
+
+
+def test_run_once_plans_and_executes_compactions(tmp_path: Path) -> None:
+    a = tmp_path / "written"
+    written_mor_table(a)  # six delta commits: the default trigger (5) fires
+    b = unzip_table(require_fixture(V9), tmp_path / "hudi")
+    a_rows, b_rows = hudi_rs_rows(a), hudi_rs_rows(b)
+    _reopen(b, HUDI_COMPACTION)
+    assert not [i for i in _timeline(a).instants if i.action is Action.COMPACTION]
+    assert _timeline(b).get(HUDI_COMPACTION).is_pending  # type: ignore[union-attr]
+
+    config = tmp_path / "hoodied.yaml"
+    config.write_text(yaml.safe_dump({
+        "spark": {"master": "local[2]"}, "clock_skew_ms": 5, "poll_interval_seconds": 0.2,
+        "heartbeat": {"interval_ms": 500, "tolerable_misses": 2}, "log": {"format": "json"},
+        "http": "off",
+    }))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HOODIED_")}
+    env["PYTHONPATH"] = str(PROJECT)
+    proc = subprocess.run(
+        [sys.executable, "-c", "from service.cli import main; main()", "run", "--config", str(config),
+         "--once", "--table", str(a), "--table", str(b)],
+        cwd=PROJECT, env=env, text=True, capture_output=True, timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    events: list[dict[str, Any]] = [json.loads(x) for x in proc.stderr.splitlines() if x.startswith("{")]
+    ended = [(e["table"], e["kind"], e["outcome"]) for e in events
+             if e.get("event") == "job ended" and e.get("action") == "compaction"]
+    assert (str(a), "plan", "planned") in ended
+    assert (str(a), "execute", "success") in ended
+    assert (str(b), "execute", "success") in ended
+    assert not [e for e in ended if e[2] not in ("planned", "success", "nothing_due")], ended
+
+    for root, rows in ((a, a_rows), (b, b_rows)):
+        timeline = _timeline(root)
+        compactions = [i for i in timeline.instants if i.action is Action.COMPACTION]
+        assert compactions and all(i.is_completed for i in compactions), compactions
+        assert hudi_rs_rows(root) == rows
+    rollbacks = _timeline(b).completed((Action.ROLLBACK,))
+    assert [_timeline(b).read_commit_metadata(r)["commitsRollback"] for r in rollbacks] == [[HUDI_COMPACTION]]
+
+
+def test_a_table_with_a_metadata_table_reports_compaction_unsupported_and_keeps_cleaning(
+    tmp_path: Path,
+) -> None:
+    """Compaction refuses tables with a metadata table: that service waits, the table is not quarantined."""
+    root = unzip_table(require_fixture("mor/avro/v9_txns_simple_meta"), tmp_path / "meta")
+    rows = hudi_rs_rows(root)
+    settings = load_config(overrides={
+        "tables": [str(root)], "http": "off", "clock_skew_ms": 5, "poll_interval_seconds": 0.2,
+        "defaults": {"services": {"clean": {"commits_retained": 2}, "compaction": {"delta_commits": 1}}},
+    })
+    daemon = Daemon(settings, once=True)
+    assert anyio.run(daemon.run) == 0
+    ts = daemon.tables[str(root)]
+    assert ts.quarantine is None
+    by_action = {(o["kind"], o["action"]): o for o in ts.outcomes}
+    plan = by_action[("plan", "compaction")]
+    assert plan["outcome"] == "unsupported" and "metadata table" in plan["message"], plan
+    assert by_action[("execute", "clean")]["outcome"] == "success", list(ts.outcomes)
+    metrics = daemon.metrics.render().decode()
+    assert f'hoodied_plans_total{{action="compaction",outcome="unsupported",table="{root}"}} 1.0' in metrics
+    assert not spark_engine().started  # nothing to compact: Spark never started
+    assert [i for i in _timeline(root).instants if i.action is Action.COMPACTION and i.is_pending] == []
+    assert hudi_rs_rows(root) == rows
