@@ -33,6 +33,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from hoodie._writer_support import write_stat
 from hoodie.errors import UnsupportedTableError
 from hoodie.filenames import BaseFileName, LogFileName, make_write_token
 from hoodie.instant import Action, Instant, State
@@ -220,36 +221,15 @@ def unmaintained_partitions(data_config: TableConfig, maintained: Iterable[str])
 
 def _write_stat(lf: MdtLogFile, instant_time: str) -> dict[str, Any]:
     """A ``HoodieWriteStat`` of an MDT log file, as Hudi's append handle reports it."""
-    return {
-        "fileId": lf.file_id,
-        "path": lf.path,
-        "cdcStats": None,
-        "prevCommit": instant_time,
-        "numWrites": lf.records,
-        "numDeletes": 0,
-        "numUpdateWrites": lf.records,
-        "numInserts": 0,
-        "totalWriteBytes": lf.size,
-        "totalWriteErrors": 0,
-        "tempPath": None,
-        "partitionPath": lf.partition,
-        "totalLogRecords": 0,
-        "totalLogFilesCompacted": 0,
-        "totalLogSizeCompacted": 0,
-        "totalUpdatedRecordsCompacted": 0,
-        "totalLogBlocks": 0,
-        "totalCorruptLogBlock": 0,
-        "totalRollbackBlocks": 0,
-        "fileSizeInBytes": lf.size,
-        "minEventTime": None,
-        "maxEventTime": None,
-        "runtimeStats": {"totalScanTime": 0, "totalUpsertTime": 0, "totalCreateTime": 0},
-        "logVersion": 1,
-        "logOffset": 0,
-        "baseFile": "",
-        "logFiles": [lf.name],
-        "totalLogFiles": None,
-        "prevBaseFile": None,
-        "totalLogReadTimeMs": 0,
-        "numUpdates": 0,
-    }
+    return write_stat(
+        file_id=lf.file_id,
+        path=lf.path,
+        partition_path=lf.partition,
+        prev_commit=instant_time,
+        num_writes=lf.records,
+        num_updates=lf.records,
+        file_size=lf.size,
+        log_version=1,
+        base_file="",
+        log_files=[lf.name],
+    )
