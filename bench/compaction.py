@@ -53,6 +53,8 @@ import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from read_bench import SCHEMA, generate  # noqa: E402  (the same generated rows as the read benchmark)
+
 from hoodie.basefile import DEFAULT_COMPRESSION  # noqa: E402
 from hoodie.locks import InProcessLock  # noqa: E402
 from hoodie.properties import TableType  # noqa: E402
@@ -60,43 +62,10 @@ from hoodie.storage import LocalStorage  # noqa: E402
 from hoodie.writer import TableSpec, create_table  # noqa: E402
 from planners.compaction import CompactionSettings, CompactionStrategy, schedule_compaction  # noqa: E402
 
-SCHEMA = pa.schema(
-    [
-        ("id", pa.string()),
-        ("ts", pa.int64()),
-        ("rider", pa.string()),
-        ("fare", pa.float64()),
-        ("distance", pa.float64()),
-        ("city", pa.string()),
-    ]
-)
-CITIES = np.array(["ams", "ber", "chn", "lon", "nyc", "par", "sao", "sfo"])
 EVERYTHING = CompactionSettings(max_delta_commits=1, strategy=CompactionStrategy.UNBOUNDED)
 UPDATE_FRACTION = 0.20
 DELETE_FRACTION = 0.02
 PROJECT = Path(__file__).resolve().parent.parent
-
-
-def generate(n: int, *, start: int = 0, ts: int = 1, seed: int = 1, city: str | None = None) -> pa.Table:
-    """``n`` rows with keys ``key-<start..start+n>``, vectorised (no per-row Python)."""
-    rng = np.random.default_rng(seed)
-    idx = np.arange(start, start + n, dtype=np.int64)
-    ids = pc.binary_join_element_wise("key-", pc.utf8_lpad(pc.cast(pa.array(idx), pa.string()), 10, "0"), "")
-    riders = pc.binary_join_element_wise(
-        "rider-", pc.cast(pa.array(rng.integers(0, 5000, n)), pa.string()), ""
-    )
-    cities = np.full(n, city) if city is not None else CITIES[idx % len(CITIES)]
-    return pa.table(
-        {
-            "id": ids,
-            "ts": pa.array(np.full(n, ts, dtype=np.int64)),
-            "rider": riders,
-            "fare": pa.array(np.round(rng.uniform(3, 90, n), 2)),
-            "distance": pa.array(rng.uniform(0.1, 40, n)),
-            "city": pa.array(cities),
-        },
-        schema=SCHEMA,
-    )
 
 
 def _changes(rows: int, keyspace: int, city: str | None) -> tuple[pa.Table, pa.Table]:

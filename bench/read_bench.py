@@ -59,7 +59,7 @@ CITIES = np.array(["ams", "ber", "chn", "lon", "nyc", "par", "sao", "sfo"])
 TIMELINE_INSTANTS = 10_000
 
 
-def generate(n: int, *, start: int = 0, ts: int = 1, seed: int = 1) -> pa.Table:
+def generate(n: int, *, start: int = 0, ts: int = 1, seed: int = 1, city: str | None = None) -> pa.Table:
     """``n`` rows with keys ``key-<start..start+n>``, vectorised (no per-row Python)."""
     rng = np.random.default_rng(seed)
     idx = np.arange(start, start + n, dtype=np.int64)
@@ -74,7 +74,7 @@ def generate(n: int, *, start: int = 0, ts: int = 1, seed: int = 1) -> pa.Table:
             "rider": riders,
             "fare": pa.array(np.round(rng.uniform(3, 90, n), 2)),
             "distance": pa.array(rng.uniform(0.1, 40, n)),
-            "city": pa.array(CITIES[idx % len(CITIES)]),
+            "city": pa.array(np.full(n, city) if city is not None else CITIES[idx % len(CITIES)]),
         },
         schema=SCHEMA,
     )

@@ -26,15 +26,16 @@ SCHEMA = pa.schema([("id", pa.string()), ("ts", pa.int64()), ("city", pa.string(
 CITIES = ("sf", "ny", "la")
 
 
-def _norm(v: Any) -> Any:
+def norm_value(v: Any) -> Any:
+    """A hashable, type-insensitive form of a value, for comparing rows as multisets."""
     if isinstance(v, float | decimal.Decimal):
         return ("num", str(v))
     if isinstance(v, dt.datetime | dt.date):
         return ("ts", v.isoformat())
     if isinstance(v, dict):
-        return tuple(sorted((k, _norm(x)) for k, x in v.items()))
+        return tuple(sorted((k, norm_value(x)) for k, x in v.items()))
     if isinstance(v, list | tuple):
-        return tuple(_norm(x) for x in v)
+        return tuple(norm_value(x) for x in v)
     return v
 
 
@@ -42,7 +43,7 @@ def multiset(table: pa.Table) -> Counter[Any]:
     """Rows as a multiset, ``_hoodie_file_name`` left out."""
     if "_hoodie_file_name" in table.column_names:
         table = table.drop_columns(["_hoodie_file_name"])
-    return Counter(tuple(sorted((k, _norm(v)) for k, v in r.items())) for r in table.to_pylist())
+    return Counter(tuple(sorted((k, norm_value(v)) for k, v in r.items())) for r in table.to_pylist())
 
 
 def hudi_rs_rows(root: Path, *, read_optimized: bool = False) -> Counter[Any]:

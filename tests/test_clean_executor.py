@@ -7,8 +7,6 @@ decoded with Apache Hudi's own Avro schemas as well as with hoodied's timeline r
 
 from __future__ import annotations
 
-import datetime as dt
-import decimal
 import shutil
 from collections import Counter
 from pathlib import Path
@@ -19,6 +17,7 @@ import pyarrow as pa
 import pytest
 from click.testing import CliRunner, Result
 from hudi_schemas import decode_with_hudi_schema, encode_with_hudi_schema
+from mor_tables import norm_value
 
 from executors.clean import execute_clean, resolve_plan
 from hoodie.errors import HoodieFormatError, InstantStateError, UnsupportedTableError
@@ -42,20 +41,8 @@ SKEW = ["--clock-skew-ms", "5"]
 # ---------------------------------------------------------------------------- helpers
 
 
-def _norm(v: Any) -> Any:
-    if isinstance(v, float | decimal.Decimal):
-        return ("num", str(v))
-    if isinstance(v, dt.datetime | dt.date):
-        return ("ts", v.isoformat())
-    if isinstance(v, dict):
-        return tuple(sorted((k, _norm(x)) for k, x in v.items()))
-    if isinstance(v, list | tuple):
-        return tuple(_norm(x) for x in v)
-    return v
-
-
 def _multiset(table: pa.Table) -> Counter[Any]:
-    return Counter(tuple(sorted((k, _norm(v)) for k, v in r.items())) for r in table.to_pylist())
+    return Counter(tuple(sorted((k, norm_value(v)) for k, v in r.items())) for r in table.to_pylist())
 
 
 def _hudi_rs(root: Path, as_of: str | None) -> Counter[Any]:
