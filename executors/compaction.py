@@ -54,7 +54,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyspark.sql import SparkSession
 
-from executors.engine import run_operations
+from executors.engine import Progress, run_operations
 from executors.plan_files import operation_slice
 from hoodie import _writer_support as ws
 from hoodie.basefile import (
@@ -384,6 +384,7 @@ def execute_compaction(
     time_settings: TimeSettings | None = None,
     heartbeat_interval_ms: int = DEFAULT_INTERVAL_MS,
     tolerable_misses: int = DEFAULT_TOLERABLE_MISSES,
+    progress: Progress | None = None,
 ) -> CompactionResult:
     """Run the requested compaction ``instant_time`` on ``session`` and complete it (takes ``lock``).
 
@@ -391,7 +392,8 @@ def execute_compaction(
     executor, or a failed attempt to roll back first), ``HoodieFormatError`` for a plan that
     cannot be executed (a missing or foreign file) and ``UnsupportedTableError`` for tables
     hoodied cannot compact; in all these cases nothing was changed. A failing Spark job
-    leaves the instant inflight without a heartbeat: a failed attempt.
+    leaves the instant inflight without a heartbeat: a failed attempt. ``progress(done, total)``
+    hears of completed operations while the job runs (``executors.engine.run_operations``).
     """
     require_no_metadata_table(storage, config, "compaction")
     if not config.populate_meta_fields:
@@ -426,7 +428,7 @@ def execute_compaction(
             raise
     try:
         _pause(job.pause, "inflight")
-        rows = run_operations(session, len(job.slices), job, STATS_SCHEMA,
+        rows = run_operations(session, len(job.slices), job, STATS_SCHEMA, progress=progress,
                               description=f"compaction {instant_time} of {storage.base_uri}").to_pylist()
         _pause(job.pause, "written")
         result = CompactionResult(inst)

@@ -15,6 +15,10 @@ Connect also serves are used (no RDD, no ``SparkContext``), so the same code run
 
 Extra Spark settings (``spark_conf``, the CLI's ``--spark-conf k=v``) are applied to either.
 
+Progress: ``run_operations(progress=...)`` reports operations done / total while the job
+runs: a Spark Connect session's progress handler, or a classic session's status tracker polled
+for the job group the job runs in.
+
 Write token: Hudi's ``<task partition>-<stage id>-<task attempt id>`` from
 ``pyspark.TaskContext``, so a retried or speculative attempt of an operation writes a file of
 another name; the driver keeps the files named in the collected statistics and removes the
@@ -29,6 +33,8 @@ import re
 import shutil
 import sys
 import tempfile
+import threading
+import uuid
 import zipfile
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -49,6 +55,7 @@ log = logging.getLogger(__name__)
 __all__ = [
     "LOCAL",
     "OperationTask",
+    "Progress",
     "Session",
     "SparkJobError",
     "current_write_token",
@@ -60,6 +67,7 @@ __all__ = [
 LOCAL = "local"
 _PROJECT_ROOT = Path(__file__).resolve().parent.parent
 _SHIPPED_PACKAGES = ("hoodie", "executors")
+_CONNECT_MODE = "SPARK_CONNECT_MODE_ENABLED"
 
 #: Defaults of an embedded local session (overridable through ``spark_conf``).
 LOCAL_DEFAULTS: Mapping[str, str] = {
@@ -116,6 +124,9 @@ def spark_session(spark: str = LOCAL, conf: Mapping[str, str] | None = None) -> 
     session is closed on exit (the server keeps running).
     """
     conf = dict(conf or {})
+    # pyspark marks the process as a Connect client in the environment and leaves the mark after
+    # the session stops: a later local session (and every child process) would then refuse to start
+    leaked_mode = _CONNECT_MODE not in os.environ
     if spark.startswith("sc://"):
         builder = SparkSession.builder.remote(spark)
         for key, value in conf.items():
@@ -146,6 +157,8 @@ def spark_session(spark: str = LOCAL, conf: Mapping[str, str] | None = None) -> 
         yield session
     finally:
         session.stop()
+        if leaked_mode:
+            os.environ.pop(_CONNECT_MODE, None)
 
 
 def current_write_token() -> str:
@@ -192,12 +205,20 @@ class _PartitionRunner:
 
 
 def run_operations(
-    session: SparkSession, count: int, task: OperationTask, schema: pa.Schema, *, description: str = ""
+    session: SparkSession,
+    count: int,
+    task: OperationTask,
+    schema: pa.Schema,
+    *,
+    description: str = "",
+    progress: Progress | None = None,
 ) -> pa.Table:
     """Run ``task`` once per operation index in ``[0, count)``, one Spark partition each.
 
     Returns the rows of every task (``schema``). A failing task fails the job; Spark's
     exception is raised as it comes (its message carries the task's Python error).
+    ``progress(done, count)`` is called from another thread as operations complete (at most
+    twice a second, and once with ``count`` at the end of a successful job).
     """
     if count == 0:
         return schema.empty_table()
@@ -205,12 +226,72 @@ def run_operations(
     if description:
         log.info("Spark job: %s (%d operations)", description, count)
     try:
-        result = frame.mapInArrow(_PartitionRunner(task, schema), spark_ddl(schema)).toArrow()
+        with _progress_reporting(session, count, progress):
+            result = frame.mapInArrow(_PartitionRunner(task, schema), spark_ddl(schema)).toArrow()
     except HoodieServiceError:
         raise
     except Exception as exc:  # pyspark's errors carry the worker's traceback as text
         raise task_error(exc, description) from exc
+    if progress is not None:
+        progress(count, count)
     return result.select(schema.names).cast(schema)
+
+
+#: A progress callback: (operations done, operations in the job).
+Progress = Callable[[int, int], None]
+_POLL_S = 0.5
+
+
+@contextmanager
+def _progress_reporting(session: SparkSession, count: int, progress: Progress | None) -> Iterator[None]:
+    """Completed tasks of the job run inside, reported to ``progress``.
+
+    Spark Connect pushes stage progress to the client (``registerProgressHandler``); a classic
+    session's status tracker is polled for the stages of a job group set for this job.
+    """
+    if progress is None:
+        yield
+        return
+    if type(session).__module__.startswith("pyspark.sql.connect"):  # a Spark Connect session
+
+        def handler(stages: Any, inflight_tasks: int, *args: Any, **kwargs: Any) -> None:
+            done = sum(getattr(s, "num_completed_tasks", 0) for s in stages)
+            progress(min(done, count), count)
+
+        session.registerProgressHandler(handler)  # type: ignore[attr-defined]
+        try:
+            yield
+        finally:
+            session.removeProgressHandler(handler)  # type: ignore[attr-defined]
+        return
+    context = session.sparkContext
+    group = f"hoodied-{uuid.uuid4().hex}"
+    context.setJobGroup(group, "hoodied operations", interruptOnCancel=False)
+    stop = threading.Event()
+
+    def poll() -> None:
+        tracker = context.statusTracker()
+        last = -1
+        while not stop.wait(_POLL_S):
+            done = 0
+            for job_id in tracker.getJobIdsForGroup(group):
+                job = tracker.getJobInfo(job_id)
+                for stage_id in job.stageIds if job is not None else ():
+                    stage = tracker.getStageInfo(stage_id)
+                    done += stage.numCompletedTasks if stage is not None else 0
+            if done != last:
+                last = done
+                progress(min(done, count), count)
+
+    thread = threading.Thread(target=poll, name="hoodied-progress", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+        context.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
+        context.setLocalProperty("spark.job.description", None)  # type: ignore[arg-type]
 
 
 def task_error(exc: Exception, description: str) -> HoodieServiceError:

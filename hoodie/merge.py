@@ -170,6 +170,9 @@ def _delete_flags(data: pa.Table | pa.RecordBatch, spec: MergeSpec) -> np.ndarra
 def conform(data: pa.Table | pa.RecordBatch, schema: pa.Schema) -> pa.Table | pa.RecordBatch:
     """``data`` with exactly ``schema``'s columns: missing ones as nulls, others cast (schema evolution).
 
+    Only the type changes Hudi allows are cast (``_PROMOTIONS``); others raise
+    ``UnsupportedTableError`` rather than truncate values.
+
     Returns ``data`` itself when it already matches (zero copy).
     """
     if data.schema.equals(schema, check_metadata=False):
@@ -204,7 +207,45 @@ def _relaxed(target: pa.Schema, actual: pa.Schema) -> pa.Schema:
     )
 
 
+def _type_kind(t: pa.DataType) -> str | None:
+    """The Hudi type family of an Arrow type (``None``: no rule applies, e.g. nested or temporal)."""
+    if pa.types.is_integer(t):
+        return "long" if t.bit_width == 64 else "int"
+    if pa.types.is_floating(t):
+        return "double" if t.bit_width == 64 else "float"
+    if pa.types.is_decimal(t):
+        return "decimal"
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        return "string"
+    if pa.types.is_binary(t) or pa.types.is_large_binary(t):
+        return "binary"
+    if pa.types.is_date(t):
+        return "date"
+    if pa.types.is_boolean(t):
+        return "boolean"
+    return None
+
+
+#: Hudi's legal column type changes (``SchemaChangeUtils.isTypeUpdateAllow``): older -> newer type.
+_PROMOTIONS = {
+    "int": {"long", "float", "double", "string", "decimal"},
+    "long": {"float", "double", "string", "decimal"},
+    "float": {"double", "string", "decimal"},
+    "double": {"string", "decimal"},
+    "decimal": {"string"},
+    "string": {"date", "decimal", "binary"},
+    "date": {"string"},
+    "binary": {"string"},
+}
+
+
 def _cast(col: Any, type_: pa.DataType, name: str) -> Any:
+    old, new = _type_kind(col.type), _type_kind(type_)
+    if old is not None and new is not None and old != new and new not in _PROMOTIONS.get(old, ()):
+        # e.g. double -> long: Hudi rejects such a write; a cast would silently truncate values
+        raise UnsupportedTableError(
+            f"column {name!r}: type change {col.type} -> {type_} is not a promotion Hudi allows"
+        )
     try:
         return pc.cast(col, type_, safe=False)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:

@@ -14,9 +14,11 @@ Owns the log-scanning rules of Hudi's log record reader and the streaming shape 
   (``UnsupportedTableError``).
 * Memory: the log records of the slice are reduced to one record per key
   (``hoodie.merge.LogRecordBuffer``), then the base file is streamed row group by row group
-  (``ParquetFile.iter_batches``), each batch merged on its own, and the log-only inserts come
-  last. A slice without log files, and every read-optimized read, streams the base file as
-  it is (zero copy when its columns already have the table's types).
+  (a fresh ``iter_batches`` reader per row group, and the Arrow pool's unused memory given
+  back after each: the peak does not grow with the size of the base file), each batch merged
+  on its own, and the log-only inserts come last. A slice without log files, and every
+  read-optimized read, streams the base file as it is (zero copy when its columns already
+  have the table's types).
 
 Batches come out with the table schema handed in (``HoodieTable.schema()``): columns the
 file lacks are null, others are cast (schema evolution).
@@ -163,8 +165,14 @@ def _base_batches(
         if source is None:
             handle = storage.open(path)
         pf = pq.ParquetFile(source if source is not None else handle)
-        for batch in pf.iter_batches(batch_size=batch_size, use_threads=True):
-            yield conform(batch, schema)  # type: ignore[misc]
+        pool = pa.default_memory_pool()
+        # One reader per row group: a reader over the whole file keeps decoding buffers sized by
+        # the largest batches seen so far, and the allocator keeps what it freed, so the peak grew
+        # with the number of row groups; this way it stays at one row group's worth.
+        for group in range(pf.metadata.num_row_groups):
+            for batch in pf.iter_batches(batch_size=batch_size, row_groups=[group], use_threads=True):
+                yield conform(batch, schema)  # type: ignore[misc]
+            pool.release_unused()
     except (pa.ArrowInvalid, OSError) as exc:
         if isinstance(exc, FileNotFoundError):
             raise

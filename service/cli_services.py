@@ -26,6 +26,7 @@ to be serialized with theirs.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -378,7 +379,7 @@ def execute(table: str, instant_time: str | None, parallelism: int, heartbeat_in
     # Spark starts only when a compaction is pending
     compaction = CompactionRunner(
         storage, lock, spark=spark_master, spark_conf=spark_settings, time_settings=times,
-        heartbeat_interval_ms=heartbeat_interval_ms, force=force,
+        heartbeat_interval_ms=heartbeat_interval_ms, force=force, show_progress=sys.stderr.isatty(),
     )
     try:
         outcomes = execute_pending(

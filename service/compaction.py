@@ -20,14 +20,16 @@ Spark only when a compaction is actually pending.
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Iterable, Mapping
+import sys
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import ExitStack
 
 import click
 
 from executors.compaction import CompactionResult, execute_compaction
-from executors.engine import LOCAL, Session, spark_session
+from executors.engine import LOCAL, Progress, Session, spark_session
 from hoodie.errors import InstantStateError
 from hoodie.heartbeat import DEFAULT_INTERVAL_MS, DEFAULT_TOLERABLE_MISSES
 from hoodie.instant import Action, Instant, State
@@ -43,7 +45,9 @@ from service.locks import lock_from_option
 
 log = logging.getLogger(__name__)
 
-__all__ = ["CompactionRunner", "parse_key_values", "run_compaction", "schedule_compaction_command"]
+__all__ = [
+    "CompactionRunner", "parse_key_values", "progress_bar", "run_compaction", "schedule_compaction_command",
+]
 
 
 def run_compaction(
@@ -56,10 +60,12 @@ def run_compaction(
     heartbeat_interval_ms: int = DEFAULT_INTERVAL_MS,
     tolerable_misses: int = DEFAULT_TOLERABLE_MISSES,
     force: bool = False,
+    progress: Progress | None = None,
 ) -> CompactionResult:
     """Execute the pending compaction ``instant_time``, rolling back a failed attempt first.
 
-    ``force`` rolls back an inflight attempt even when its heartbeat looks alive.
+    ``force`` rolls back an inflight attempt even when its heartbeat looks alive;
+    ``progress(done, total)`` hears of completed operations (``executors.engine.run_operations``).
     """
     config = load_table_config(storage)
     timeline = Timeline.load(storage, config)
@@ -78,14 +84,30 @@ def run_compaction(
                      rolled.rollback.requested_time, len(rolled.deleted))
     return execute_compaction(
         storage, config, lock, instant_time, session, time_settings=time_settings,
-        heartbeat_interval_ms=heartbeat_interval_ms, tolerable_misses=tolerable_misses,
+        heartbeat_interval_ms=heartbeat_interval_ms, tolerable_misses=tolerable_misses, progress=progress,
     )
+
+
+@contextlib.contextmanager
+def progress_bar(label: str, enabled: bool) -> Iterator[Progress | None]:
+    """A stderr progress bar of operations done / total (``hoodied read``'s style), or nothing."""
+    if not enabled:
+        yield None
+        return
+    with click.progressbar(length=1, label=label, file=sys.stderr, show_pos=True) as bar:
+
+        def update(done: int, total: int) -> None:
+            bar.length = max(total, 1)
+            bar.update(done - bar.pos)
+
+        yield update
 
 
 class CompactionRunner:
     """Runs pending compactions for ``execute``; the Spark session starts at the first one.
 
     Call it with a pending compaction instant; ``close()`` stops the session it started.
+    ``show_progress`` draws a progress bar of the operations on stderr (for a terminal).
     """
 
     def __init__(
@@ -99,7 +121,9 @@ class CompactionRunner:
         heartbeat_interval_ms: int = DEFAULT_INTERVAL_MS,
         tolerable_misses: int = DEFAULT_TOLERABLE_MISSES,
         force: bool = False,
+        show_progress: bool = False,
     ) -> None:
+        self.show_progress = show_progress
         self.storage = storage
         self.lock = lock
         self.spark = spark
@@ -117,11 +141,13 @@ class CompactionRunner:
         return self._session
 
     def __call__(self, inst: Instant) -> ExecuteOutcome:
-        result = run_compaction(
-            self.storage, self.lock, inst.requested_time, self.session(), time_settings=self.time_settings,
-            heartbeat_interval_ms=self.heartbeat_interval_ms, tolerable_misses=self.tolerable_misses,
-            force=self.force,
-        )
+        session = self.session()
+        with progress_bar(f"compaction {inst.requested_time}", self.show_progress) as progress:
+            result = run_compaction(
+                self.storage, self.lock, inst.requested_time, session, time_settings=self.time_settings,
+                heartbeat_interval_ms=self.heartbeat_interval_ms, tolerable_misses=self.tolerable_misses,
+                force=self.force, progress=progress,
+            )
         return ExecuteOutcome(result.instant, "executed", result.summary())
 
     def close(self) -> None:

@@ -63,7 +63,7 @@ HUDI_COMPACTION = "20260307135839895"  # its plan: 2 file groups, 3 log files
 HUDI_CLUSTERING = "20260307135840454"  # clustered the compaction's output afterwards
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def spark() -> Iterator[Session]:
     with spark_session("local[2]") as session:
         yield session
