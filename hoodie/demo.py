@@ -1,12 +1,19 @@
 """The demo table behind ``hoodied demo``: a small, real merge-on-read table to try commands on.
 
 Table version 9, partitioned by ``city`` (hive style), record key ``trip_id``, ordering field
-``ts`` (event-time ordering), timezone UTC, no metadata table. Four delta commits:
+``ts`` (event-time ordering), timezone UTC, no metadata table. Six delta commits:
 
 1. 300 trips inserted (base files, one file group per city);
-2. 60 fares corrected (Avro log blocks) and 20 new trips (new file groups);
-3. 15 trips cancelled (delete blocks);
-4. 40 more corrections and 5 deletions in the same delta commit.
+2. 30 fares corrected (Avro log blocks) and 20 new trips (new file groups);
+3. 30 more fares corrected;
+4. 15 trips cancelled (delete blocks);
+5. 20 more corrections;
+6. 20 more corrections and 5 deletions in the same delta commit.
+
+Six delta commits is more than Hudi's default compaction trigger (5,
+``hoodie.compact.inline.max.delta.commits``), so the daemon has work to do on the demo table:
+``hoodied run --demo PATH --once`` plans and executes its compaction, then the clean of the
+file slices the compaction replaced.
 
 Everything is deterministic except instant times and file ids. Nothing outside the project is
 needed, so the README's commands work on a fresh machine.
@@ -78,28 +85,27 @@ def create_demo_table(path: str) -> dict[str, Any]:
     results.append(writer.upsert(table(first)))
     live.update({r["trip_id"]: r for r in first})
 
-    fixes = _corrected(
-        rng.sample(sorted(live.values(), key=lambda r: r["trip_id"]), 60), _START_MS + 10**6, rng
-    )
-    fresh = _trips(rng, range(300, 320), _START_MS + 2 * 10**6)
-    results.append(writer.upsert(table(fixes + fresh)))
-    live.update({r["trip_id"]: r for r in fixes + fresh})
+    def correct(count: int, ts: int, extra: list[dict[str, Any]] | None = None, deleted: int = 0) -> None:
+        """One delta commit: ``count`` fares corrected, ``extra`` new trips, ``deleted`` other trips gone."""
+        fixes = _corrected(rng.sample(sorted(live.values(), key=lambda r: r["trip_id"]), count), ts, rng)
+        rows = fixes + (extra or [])
+        gone = rng.sample(sorted(set(live) - {r["trip_id"] for r in fixes}), deleted)
+        deletes = table([live[k] for k in gone]).select(["trip_id", "city"]) if gone else None
+        results.append(writer.upsert(table(rows), deletes=deletes))
+        live.update({r["trip_id"]: r for r in rows})
+        for k in gone:
+            del live[k]
+
+    correct(30, _START_MS + 10**6, extra=_trips(rng, range(300, 320), _START_MS + 2 * 10**6))
+    correct(30, _START_MS + 2 * 10**6 + 10**5)
 
     cancelled = rng.sample(sorted(live), 15)
     results.append(writer.delete(table([live[k] for k in cancelled]).select(["trip_id", "city"])))
     for k in cancelled:
         del live[k]
 
-    more = _corrected(
-        rng.sample(sorted(live.values(), key=lambda r: r["trip_id"]), 40), _START_MS + 3 * 10**6, rng
-    )
-    gone = rng.sample(sorted(set(live) - {r["trip_id"] for r in more}), 5)
-    results.append(
-        writer.upsert(table(more), deletes=table([live[k] for k in gone]).select(["trip_id", "city"]))
-    )
-    live.update({r["trip_id"]: r for r in more})
-    for k in gone:
-        del live[k]
+    correct(20, _START_MS + 3 * 10**6)
+    correct(20, _START_MS + 4 * 10**6, deleted=5)
 
     return {
         "path": os.path.abspath(path),

@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, tzinfo
 from typing import Any
@@ -80,6 +80,14 @@ def datetime_to_instant_time(dt: datetime, tz: tzinfo) -> str:
     return local.strftime("%Y%m%d%H%M%S") + f"{local.microsecond // 1000:03d}"
 
 
+def parse_timeline_file_name(folder: str, name: str) -> Instant | None:
+    """The instant a timeline file name stands for, or ``None`` for other files (a look-alike is logged)."""
+    inst = parse_instant_file_name(name)
+    if inst is None and _LOOKS_LIKE_INSTANT.match(name):
+        log.warning("%s/%s: unknown timeline action or state, ignored", folder, name)
+    return inst
+
+
 @dataclass(slots=True)
 class _Group:
     """The state files of one instant while loading."""
@@ -119,16 +127,31 @@ class Timeline:
     def load(cls, storage: Storage, config: TableConfig, *, include_history: bool = False) -> Timeline:
         """List the timeline folder once and build the instants from the file names."""
         folder = config.timeline_path
-        groups: dict[tuple[str, Action], _Group] = {}
+        files: list[tuple[str, Instant, int]] = []
         for info in storage.list(folder):
             if info.is_dir:
                 continue
-            name = info.name
-            inst = parse_instant_file_name(name)
-            if inst is None:
-                if _LOOKS_LIKE_INSTANT.match(name):
-                    log.warning("%s/%s: unknown timeline action or state, ignored", folder, name)
-                continue
+            inst = parse_timeline_file_name(folder, info.name)
+            if inst is not None:
+                files.append((info.name, inst, info.mtime_ms))
+        return cls.from_files(storage, config, files, include_history=include_history)
+
+    @classmethod
+    def from_files(
+        cls,
+        storage: Storage,
+        config: TableConfig,
+        files: Iterable[tuple[str, Instant, int]],
+        *,
+        include_history: bool = False,
+    ) -> Timeline:
+        """The timeline of already-parsed timeline files: (name, ``parse_timeline_file_name``, mtime ms).
+
+        The mtime is used only for completed files without a completion time (layout 1 and
+        legacy names), so callers that parse incrementally need to ``stat`` only those.
+        """
+        groups: dict[tuple[str, Action], _Group] = {}
+        for name, inst, mtime_ms in files:
             if inst.action is Action.SCHEMA_COMMIT:
                 continue  # schema commits live in .hoodie/.schema and carry no data
             # group the states of one instant under the action its completed file carries
@@ -144,24 +167,24 @@ class Timeline:
                 prev = group.completed
                 if prev is None or (prev.completion_time is None and inst.completion_time):
                     group.completed = inst
-                    group.completed_mtime_ms = info.mtime_ms
+                    group.completed_mtime_ms = mtime_ms
                     group.files[State.COMPLETED] = name
             else:
                 group.pending_action = inst.action
                 group.files[inst.state] = name
         instants: list[Instant] = []
-        files: dict[tuple[str, Action], dict[State, str]] = {}
+        by_instant: dict[tuple[str, Action], dict[State, str]] = {}
         tz = config.tzinfo if groups else None
         for (requested, _family), group in groups.items():
             inst = cls._resolve(requested, group, config, tz)
             instants.append(inst)
-            files[(requested, inst.action)] = group.files
+            by_instant[(requested, inst.action)] = group.files
         history = History.load(storage, config) if include_history else None
         if history is not None:
             active = {i.requested_time for i in instants}
             instants.extend(i for i in history.instants() if i.requested_time not in active)
         instants.sort(key=lambda i: (i.requested_time, i.action.value))
-        return cls(storage, config, instants, files, history)
+        return cls(storage, config, instants, by_instant, history)
 
     @staticmethod
     def _resolve(requested: str, group: _Group, config: TableConfig, tz: tzinfo | None) -> Instant:

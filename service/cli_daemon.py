@@ -2,7 +2,11 @@
 
 ``run`` builds the settings with the precedence of ``service.config`` (file < environment <
 these flags), sets up logging from them (the group's ``--log-format``, when given, wins) and
-runs ``service.loop.Daemon`` until SIGTERM/SIGINT, or for one pass with ``--once``.
+runs ``service.loop.Daemon`` until SIGTERM/SIGINT, or for one pass with ``--once`` (which
+ends by printing the status of every table on standard output). ``--demo PATH`` creates the
+demo table (``hoodie.demo``) at PATH when it is not there yet and watches it with a policy
+that keeps one file version, so one pass plans and executes its compaction and then the clean of
+the slices the compaction replaced; logs default to the console format there.
 Exit codes: 0 done (or stopped by a signal), 1 ``--once`` pass that quarantined a table or
 had a failed job, 2 invalid settings.
 """
@@ -75,11 +79,14 @@ def _flag_overrides(
 @click.option("--grace-period", type=click.FloatRange(min=0, min_open=True), default=None,
               help="Seconds running jobs get after SIGTERM.")
 @click.option("--once", is_flag=True,
-              help="One pass (discover, plan, execute, wait for the jobs), then exit.")
+              help="One pass (discover, plan, execute, wait for the jobs), print the status, exit.")
+@click.option("--demo", "demo_path", type=click.Path(file_okay=False), default=None,
+              help="Create the demo table at PATH (unless it is there) and watch it (with any "
+              "--table); HTTP is off unless --http is given.")
 @click.pass_context
 def run(ctx: click.Context, config_file: str | None, tables: tuple[str, ...], discover: tuple[str, ...],
         lock: str | None, spark: str | None, http: str | None, poll_interval: float | None,
-        grace_period: float | None, once: bool) -> None:
+        grace_period: float | None, once: bool, demo_path: str | None) -> None:
     """Watch the timelines of Hudi tables; execute every pending clean, compaction, log
     compaction, clustering and indexing instant whoever requested it (when hoodied has an
     executor for it), and plan new work by each table's policy.
@@ -91,6 +98,8 @@ def run(ctx: click.Context, config_file: str | None, tables: tuple[str, ...], di
     from service.loop import Daemon
 
     overrides = _flag_overrides(tables, discover, lock, spark, http, poll_interval, grace_period)
+    if demo_path is not None:
+        _demo_overrides(demo_path, overrides, http)
     parent = ctx.parent
     if parent is not None and parent.get_parameter_source("log_format") is ParameterSource.COMMANDLINE:
         overrides["log"] = {"format": parent.params["log_format"]}
@@ -108,12 +117,36 @@ def run(ctx: click.Context, config_file: str | None, tables: tuple[str, ...], di
         sys.exit(EXIT_CONFIG)
     daemon = Daemon(settings, once=once)
     code = anyio.run(lambda: daemon.run(handle_signals=True))
+    if once:
+        click.echo(render_status(daemon.status()))
     if daemon.abandoned:
         # worker threads of abandoned jobs are still running: leave without waiting for them
         logging.shutdown()
         sys.stderr.flush()
         os._exit(code)
     sys.exit(code)
+
+
+#: The demo table's policy: keep one file version, so the slices its compaction replaces are cleaned at
+#: once (under KEEP_LATEST_COMMITS Hudi keeps the slice the earliest retained commit reads).
+DEMO_POLICY = {"services": {"clean": {"policy": "KEEP_LATEST_FILE_VERSIONS", "file_versions_retained": 1}}}
+
+
+def _demo_overrides(path: str, overrides: dict[str, Any], http: str | None) -> None:
+    """Create the demo table at ``path`` when needed and add it (with ``DEMO_POLICY``) to the tables."""
+    from hoodie.demo import create_demo_table
+
+    if not os.path.exists(os.path.join(path, ".hoodie", "hoodie.properties")):
+        summary = create_demo_table(path)
+        click.echo(f"created the demo table at {summary['path']}: {summary['table_type']}, "
+                   f"{len(summary['instants'])} delta commits, {summary['rows']} rows in "
+                   f"{summary['base_files']} base files and {summary['log_files']} log files", err=True)
+    entry = {"path": os.path.abspath(path), "policy": DEMO_POLICY}
+    overrides["tables"] = [*overrides.get("tables", []), entry]
+    if http is None:
+        overrides["http"] = {"address": "off"}
+    if "HOODIED_LOG__FORMAT" not in os.environ:
+        overrides["log"] = {"format": "console"}
 
 
 def _get(url: str, timeout: float = 5.0) -> bytes:

@@ -1,7 +1,8 @@
 """One job of the daemon, run in a worker thread: execute a pending instant or plan a service.
 
-``execute(job, ...)``: take the instant's lease (one non-blocking try: a busy lease means
-another replica has it), roll back a failed attempt first when the executor cannot resume
+``execute(job, ...)``: take the table's job slot (Redis only; ``service.leases``) and the
+instant's lease (one non-blocking try each: busy means another replica has the table or the
+instant), roll back a failed attempt first when the executor cannot resume
 one, run the executor, release the lease. ``plan(job, ...)``: run the service's planner.
 Both return a ``JobOutcome``; they never raise for errors of the table or the work, so the
 loop decides retries and quarantine from one place (``outcome`` and ``retryable``).
@@ -12,6 +13,10 @@ How errors are read (``classify``):
 - ``HoodieFormatError`` / ``TableNotFoundError``: ``corrupt``; executors and planners check
   before they change anything, so the table is quarantined untouched;
 - ``UnsupportedTableError``: ``unsupported``; the instant (or service) is left alone;
+- ``LockError`` (the table lock or a lease could not be had or kept: the lock service is
+  down, or another writer held the table lock past every retry): ``lock_unavailable``;
+  retried with backoff for as long as it lasts and never a reason to quarantine the table,
+  whose files the lock protocol kept untouched;
 - any other error (lost or busy lock, storage hiccup, clock skew, a bug): ``failed`` and
   retryable, with backoff, until the attempts run out;
 - anything raised after the daemon asked the job to stop: ``handed_back``.
@@ -34,6 +39,7 @@ from types import TracebackType
 from hoodie.errors import (
     HoodieFormatError,
     InstantStateError,
+    LockError,
     LockUnavailableError,
     TableNotFoundError,
     UnsupportedTableError,
@@ -47,7 +53,7 @@ from hoodie.timeline import Timeline
 from hoodie.truetime import TimeSettings
 from service.config import DaemonConfig, Policy
 from service.executors import ExecutorSpec, JobContext, PlanContext, PlannerSpec
-from service.leases import make_lease
+from service.leases import make_lease, make_table_slot
 from service.locks import LocalFileLock, RedisLockFactory
 
 log = logging.getLogger("hoodied.job")
@@ -77,6 +83,7 @@ class Job:
     timeline: Timeline | None = None
     started: float = field(default_factory=time.time)
     lease: TableLockBase | None = None
+    slot: TableLockBase | None = None
     cancel: threading.Event = field(default_factory=threading.Event)
     abandoned: bool = False
 
@@ -92,6 +99,8 @@ class Job:
         """
         if self.lease is not None:
             self.lease.release()
+        if self.slot is not None:
+            self.slot.release()
         if self.instant is not None:
             try:
                 delete_heartbeat(self.storage, self.instant.requested_time)
@@ -163,7 +172,14 @@ def classify(exc: BaseException, cancel: threading.Event) -> JobOutcome:
         return JobOutcome("corrupt", str(exc))
     if isinstance(exc, UnsupportedTableError):
         return JobOutcome("unsupported", str(exc))
+    if isinstance(exc, LockError):
+        return JobOutcome("lock_unavailable", _one_line(exc), retryable=True)
     return JobOutcome("failed", _one_line(exc), retryable=True)
+
+
+def _lock_service_down(exc: LockUnavailableError) -> bool:
+    # TableLockBase.acquire names the last attempt's problem; a busy lease says "held by ..."
+    return "lock service unreachable" in str(exc)
 
 
 def execute(
@@ -174,16 +190,50 @@ def execute(
     on_lock_wait: Callable[[float], None],
 ) -> JobOutcome:
     """Run the pending instant ``job.instant`` with ``spec`` (see the module docstring)."""
-    from service.cli_services import rollback_failed_attempt  # a command module: imported when needed
-
     assert job.instant is not None
     started = time.monotonic()
     t = job.instant.requested_time
-    lease = make_lease(factory, job.storage, t, settings.lock.lease_settings())
+    slot = make_table_slot(factory, job.storage, settings.lock.lease_settings())
+    if slot is not None:
+        refused = _take(slot, t, "another replica runs a job on this table", started)
+        if refused is not None:
+            return refused
+        job.slot = slot
     try:
-        lease.acquire()
+        return _execute_leased(job, spec, settings, factory, on_lock_wait, started)
+    finally:
+        if slot is not None and not job.abandoned:
+            slot.release()
+
+
+def _take(lock: TableLockBase, t: str, busy: str, started: float) -> JobOutcome | None:
+    """One try at a slot or lease: ``None`` when taken, else the outcome that says why not."""
+    try:
+        lock.acquire()
     except LockUnavailableError as exc:
-        return JobOutcome("claimed", f"{t}: another replica holds the instant ({exc})")
+        if _lock_service_down(exc):
+            return JobOutcome("lock_unavailable", f"{t}: not started: {_one_line(exc)}", retryable=True,
+                              seconds=time.monotonic() - started)
+        return JobOutcome("claimed", f"{t}: {busy} ({exc})", seconds=time.monotonic() - started)
+    return None
+
+
+def _execute_leased(
+    job: Job,
+    spec: ExecutorSpec,
+    settings: DaemonConfig,
+    factory: RedisLockFactory | None,
+    on_lock_wait: Callable[[float], None],
+    started: float,
+) -> JobOutcome:
+    from service.cli_services import rollback_failed_attempt  # a command module: imported when needed
+
+    assert job.instant is not None
+    t = job.instant.requested_time
+    lease = make_lease(factory, job.storage, t, settings.lock.lease_settings())
+    refused = _take(lease, t, "another replica holds the instant", started)
+    if refused is not None:
+        return refused
     job.lease = lease
     time_settings = TimeSettings(max_expected_clock_skew_ms=settings.clock_skew_ms)
     try:

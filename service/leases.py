@@ -15,6 +15,15 @@ starts and released when it ends. It is built from the table-lock implementation
 
 The lease guards the daemon's own replicas. Hudi's heartbeat (checked by every executor
 under the table lock) guards against any other executor of the instant.
+
+Table slots (Redis only): before an instant's lease, a job takes its table's slot,
+``hoodied:slot:{<base>}`` (same lease time and renewal, its own fencing counter), so one table
+runs one job at a time across every replica, as the loop already ensures within one replica.
+That keeps Hudi's ordering between the services of a table (oldest pending instant first; a
+clean never runs beside another clean; a compaction, log compaction or clustering never beside
+another service's work on the same table, whose plan may name the same file groups when
+another writer planned it) without a dependency graph. Planning needs no slot: planners run
+under the table lock and leave out file groups that pending services hold.
 """
 
 from __future__ import annotations
@@ -26,7 +35,7 @@ from hoodie.locks import LockSettings, TableLockBase
 from hoodie.storage import Storage
 from service.locks import LocalFileLock, RedisLockFactory, RedisTableLock
 
-__all__ = ["LocalLease", "RedisLease", "lease_key", "make_lease"]
+__all__ = ["LocalLease", "RedisLease", "RedisSlot", "lease_key", "make_lease", "make_table_slot", "slot_key"]
 
 
 def lease_key(base_uri: str, instant_time: str) -> str:
@@ -42,6 +51,20 @@ class RedisLease(RedisTableLock):
         super().__init__(factory, base_uri, settings)
         self._key = lease_key(base_uri, instant_time)
         self.fence_key = lease_key(base_uri, "fence")
+
+
+def slot_key(base_uri: str) -> str:
+    """``hoodied:slot:{<base>}``: the table's job slot across replicas."""
+    return "hoodied:slot:{" + (base_uri.rstrip("/") or "/") + "}"
+
+
+class RedisSlot(RedisTableLock):
+    """A ``RedisTableLock`` on the table's job slot (fencing counter ``<slot key>:fence``)."""
+
+    def __init__(self, factory: RedisLockFactory, base_uri: str, settings: LockSettings):
+        super().__init__(factory, base_uri, settings)
+        self._key = slot_key(base_uri)
+        self.fence_key = self._key + ":fence"
 
 
 class LocalLease(LocalFileLock):
@@ -70,3 +93,12 @@ def make_lease(
     if factory is not None:
         return RedisLease(factory, storage.base_uri, instant_time, settings)
     return LocalLease(storage, instant_time, settings)
+
+
+def make_table_slot(
+    factory: RedisLockFactory | None, storage: Storage, settings: LockSettings
+) -> TableLockBase | None:
+    """The table's job slot (Redis), or ``None`` with the local lock (one replica: the loop's own rule)."""
+    if factory is None:
+        return None
+    return RedisSlot(factory, storage.base_uri, settings)

@@ -13,7 +13,8 @@ just requested) starts without waiting for the next cycle.
 
 Dispatch rules:
 
-- one job per table at a time: Hudi's ordering between services on one table is kept
+- one job per table at a time, across every replica (with Redis, a job first takes its
+  table's slot, ``service.leases``): Hudi's ordering between services on one table is kept
   without a dependency graph, and a table with a large backlog cannot take every worker;
 - per table, the oldest pending instant that is ready goes first (pending work before new
   plans); across tables, higher ``priority`` first, then the oldest instant;
@@ -22,10 +23,13 @@ Dispatch rules:
   an inflight instant whose heartbeat is alive belongs to another executor.
 
 Failures: a failed job is retried after ``retry.backoff(n)``; after ``retry.max_attempts``
-the table is quarantined with the last error as the reason. A table whose config or
-timeline cannot be read (corrupt, unsupported, not found) is quarantined at once, and a
-plan or executor that reports a corrupt file quarantines it too; a quarantined table is not
-read or written again until the daemon restarts. Every other table keeps being served.
+the table is quarantined with the last error as the reason. A job that could not have or keep
+the table lock or its lease (``lock_unavailable``: the lock service is down) is retried at
+least once per poll interval for as long as that lasts and never quarantines a table. A
+table whose config or timeline cannot be read (corrupt, unsupported, not found) is
+quarantined at once, and a plan or executor that reports a corrupt file quarantines it too;
+a quarantined table is not read or written again until the daemon restarts. Every other
+table keeps being served.
 
 Stopping (``request_stop``, SIGTERM/SIGINT): readiness turns 503, nothing new starts,
 running jobs get ``cancel`` set and ``grace_period_seconds`` minus one second to finish;
@@ -68,6 +72,8 @@ log = structlog.get_logger("hoodied.loop")
 REPLAN_AFTER_S = 600.0
 #: Outcomes kept per table for /status.
 KEEP_OUTCOMES = 10
+#: Most tables one poll thread takes in one hand-off.
+POLL_BATCH = 64
 
 
 @dataclass(slots=True)
@@ -75,6 +81,8 @@ class Failure:
     count: int
     next_at: float
     last_error: str
+    lock: bool = False
+    """Counted lock-service failures (they never lead to quarantine)."""
 
 
 @dataclass(slots=True)
@@ -137,6 +145,8 @@ class Daemon:
         self._stop_at = math.inf
         self._wake: anyio.Event | None = None
         self._jobs_tg: anyio.abc.TaskGroup | None = None
+        self._job_limiter: anyio.CapacityLimiter | None = None
+        self._poll_limiter: anyio.CapacityLimiter | None = None
 
     # ------------------------------------------------------------------ running
 
@@ -146,8 +156,7 @@ class Daemon:
 
         s = self.settings
         self._wake = anyio.Event()
-        self._job_limiter = anyio.CapacityLimiter(s.concurrency.workers)
-        self._poll_limiter = anyio.CapacityLimiter(s.concurrency.poll_threads)
+        self._make_limiters()
         address = s.http.host_port
         listener = None
         if address is not None:
@@ -186,6 +195,11 @@ class Daemon:
         if self.once and (self.problems_in_pass or quarantined):
             return 1
         return 0
+
+    def _make_limiters(self) -> None:
+        # created on the event loop: anyio limiters belong to the loop that made them
+        self._job_limiter = anyio.CapacityLimiter(self.settings.concurrency.workers)
+        self._poll_limiter = anyio.CapacityLimiter(self.settings.concurrency.poll_threads)
 
     def request_stop(self, reason: str) -> None:
         """Stop taking work; running jobs get the grace period (a second request ends it at once)."""
@@ -230,11 +244,7 @@ class Daemon:
             if s.discover and started >= next_discover:
                 await self._discover()
                 next_discover = time.monotonic() + s.discover_interval_seconds
-            await self._poll([t for t in self.tables.values() if not t.quarantine])
-            self.last_cycle_seconds = time.monotonic() - started
-            self.last_cycle_end = time.time()
-            self.metrics.poll_cycle.observe(self.last_cycle_seconds)
-            self._dispatch()
+            await self.poll_cycle(started)
             if self.once:
                 while not self.draining:
                     await self._repoll_touched()
@@ -246,6 +256,18 @@ class Daemon:
             while not self.draining and time.monotonic() < deadline:
                 await self._sleep(deadline - time.monotonic())
                 await self._repoll_touched()
+
+    async def poll_cycle(self, started: float | None = None) -> float:
+        """One poll of every table that is not quarantined, then dispatch; the cycle's seconds."""
+        started = time.monotonic() if started is None else started
+        if self._poll_limiter is None:
+            self._make_limiters()
+        await self._poll([t for t in self.tables.values() if not t.quarantine])
+        self.last_cycle_seconds = time.monotonic() - started
+        self.last_cycle_end = time.time()
+        self.metrics.poll_cycle.observe(self.last_cycle_seconds)
+        self._dispatch()
+        return self.last_cycle_seconds
 
     async def _repoll_touched(self) -> None:
         touched = [self.tables[u] for u in self._touched if u in self.tables]
@@ -287,27 +309,38 @@ class Daemon:
                 log.info("table gone from its discover root", table=uri, root=ts.source)
 
     async def _poll(self, tables: list[TableState]) -> None:
+        # tables go to the poll threads in batches: an unchanged table costs one stat, far less
+        # than a thread hand-off (bench/poll.py)
+        size = max(1, min(POLL_BATCH, math.ceil(len(tables) / self.settings.concurrency.poll_threads)))
         async with anyio.create_task_group() as tg:
-            for ts in tables:
-                tg.start_soon(self._poll_one, ts)
+            for i in range(0, len(tables), size):
+                tg.start_soon(self._poll_batch, tables[i:i + size])
 
     def _open_and_poll(self, ts: TableState, storage: Storage | None) -> tuple[Storage, PollResult]:
         storage = storage or storage_for(ts.uri)
         return storage, poll_table(storage, ts.poll, ts.policy, self.registry, self.settings.heartbeat)
 
-    async def _poll_one(self, ts: TableState) -> None:
-        try:
-            ts.storage, result = await anyio.to_thread.run_sync(
-                self._open_and_poll, ts, ts.storage, limiter=self._poll_limiter
-            )
-        except Exception as exc:
-            self._poll_failed(ts, exc)
-            return
-        ts.poll, ts.poll_failures = result, 0
-        live = {i.instant.requested_time for i in result.pending}
-        for book in (ts.failures, ts.holds, ts.waiting):
-            for key in [k for k in book if not k.startswith("plan:") and k not in live]:
-                del book[key]
+    def _poll_many(self, batch: list[TableState]) -> list[tuple[Storage, PollResult] | Exception]:
+        out: list[tuple[Storage, PollResult] | Exception] = []
+        for ts in batch:
+            try:
+                out.append(self._open_and_poll(ts, ts.storage))
+            except Exception as exc:  # one table's trouble stays with that table
+                out.append(exc)
+        return out
+
+    async def _poll_batch(self, batch: list[TableState]) -> None:
+        results = await anyio.to_thread.run_sync(self._poll_many, batch, limiter=self._poll_limiter)
+        for ts, got in zip(batch, results, strict=True):
+            if isinstance(got, Exception):
+                self._poll_failed(ts, got)
+                continue
+            ts.storage, result = got
+            ts.poll, ts.poll_failures = result, 0
+            live = {i.instant.requested_time for i in result.pending}
+            for book in (ts.failures, ts.holds, ts.waiting):
+                for key in [k for k in book if not k.startswith("plan:") and k not in live]:
+                    del book[key]
 
     def _poll_failed(self, ts: TableState, exc: Exception) -> None:
         message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
@@ -478,6 +511,15 @@ class Daemon:
                 ts.plan_checked[job.service] = (ts.poll.signature, now)
         elif outcome.outcome in ("skipped", "claimed"):
             ts.holds[key] = (now + self.settings.poll_interval_seconds, outcome.message)
+        elif outcome.outcome == "lock_unavailable":
+            # the lock service, not the table: retried with backoff for as long as it lasts, never quarantined
+            level = "warning"
+            self.problems_in_pass += 1
+            self._error(ts.uri, f"{what}: {outcome.message}")
+            n = (ts.failures[key].count if key in ts.failures else 0) + 1
+            delay = self.settings.retry.backoff(n)
+            ts.failures[key] = Failure(n, now + delay, outcome.message)
+            record["retry_in_seconds"] = delay
         elif outcome.outcome == "unsupported":
             ts.waiting[key] = outcome.message
             if kind == "plan":
@@ -490,7 +532,8 @@ class Daemon:
             level = "warning"
             self.problems_in_pass += 1
             self._error(ts.uri, f"{what}: {outcome.message}")
-            n = (ts.failures[key].count if key in ts.failures else 0) + 1
+            prev = ts.failures.get(key)
+            n = (prev.count if prev is not None and not prev.lock else 0) + 1
             if n >= self.settings.retry.max_attempts:
                 ts.failures.pop(key, None)
                 self._quarantine(ts, f"{what} failed {n} times; last: {outcome.message}")

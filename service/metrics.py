@@ -30,8 +30,10 @@ hoodied_poll_cycle_duration_seconds                histogram
 Job outcomes: ``success``, ``failed`` (retried later), ``skipped`` (another executor's heartbeat
 is alive), ``claimed`` (another replica holds the instant's lease), ``already_done``
 (completed by another executor since the poll), ``unsupported`` (left
-untouched), ``corrupt`` (table quarantined), ``handed_back`` (daemon stopping). Plan
-outcomes: ``planned``, ``nothing_due``, ``failed``, ``unsupported``, ``corrupt``.
+untouched), ``corrupt`` (table quarantined), ``handed_back`` (daemon stopping),
+``lock_unavailable`` (the table lock or the lease could not be had or kept; retried, never a
+quarantine). Plan outcomes: ``planned``, ``nothing_due``, ``failed``, ``unsupported``,
+``corrupt``, ``lock_unavailable``.
 """
 
 from __future__ import annotations

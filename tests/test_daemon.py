@@ -13,10 +13,7 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
-import urllib.error
-import urllib.request
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -28,6 +25,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 from conftest import require_fixture, unzip_table
+from daemon_procs import events, get, get_or_none, hoodied
 from prometheus_client.parser import text_string_to_metric_families
 from redis_server import RedisServer, free_port, redis_server  # noqa: F401  (fixture)
 
@@ -96,32 +94,6 @@ def _files(root: Path) -> set[str]:
 def _write_config(path: Path, **values: Any) -> Path:
     path.write_text(yaml.safe_dump({**FAST, **values}))
     return path
-
-
-def _hoodied(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
-    full_env = {k: v for k, v in os.environ.items() if not k.startswith("HOODIED_TEST_")}
-    full_env["PYTHONPATH"] = str(PROJECT)
-    full_env.update(env or {})
-    return subprocess.Popen(
-        [sys.executable, "-c", "from service.cli import main; main()", *args],
-        cwd=PROJECT, env=full_env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-    )
-
-
-def _events(stderr: str) -> list[dict[str, Any]]:
-    out = []
-    for line in stderr.splitlines():
-        if line.startswith("{"):
-            out.append(json.loads(line))
-    return out
-
-
-def _get(port: int, path: str) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as r:
-            return r.status, r.read().decode()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode()
 
 
 def _run_in_process(settings: DaemonConfig, *, once: bool = True, registry: Registry | None = None,
@@ -259,12 +231,11 @@ def test_two_replicas_run_once_and_every_clean_is_planned_and_executed_exactly_o
     before = {t: _snapshot(t) for t in tables}
     config = _write_config(tmp_path / "hoodied.yaml", discover=[str(tmp_path / "lake")],
                            lock=redis_server.url, http="off", concurrency={"workers": 2})
-    replicas = [_hoodied("run", "--config", str(config), "--once") for _ in range(2)]
+    replicas = [hoodied("run", "--config", str(config), "--once") for _ in range(2)]
     results = [p.communicate(timeout=60) for p in replicas]
     for p, (_, err) in zip(replicas, results, strict=True):
         assert p.returncode == 0, err[-3000:]
-    events = [e for _, err in results for e in _events(err)]
-    ended = [e for e in events if e.get("event") == "job ended"]
+    ended = [e for _, err in results for e in events(err) if e.get("event") == "job ended"]
     executed = Counter(e["table"] for e in ended if e["kind"] == "execute" and e["outcome"] == "success")
     planned = Counter(e["table"] for e in ended if e["outcome"] == "planned")
     assert set(executed.values()) == {1} and set(planned.values()) == {1}
@@ -376,7 +347,7 @@ def test_sigterm_while_a_job_runs_exits_0_within_the_grace_period_and_a_restart_
     ready = tmp_path / "paused"
     config = _write_config(tmp_path / "hoodied.yaml", tables=[str(table)], http=f"127.0.0.1:{port}",
                            grace_period_seconds=3)
-    proc = _hoodied("run", "--config", str(config), env={
+    proc = hoodied("run", "--config", str(config), env={
         "HOODIED_TEST_PAUSE_AT": "deletes-half", "HOODIED_TEST_PAUSE_READY": str(ready),
         "HOODIED_TEST_PAUSE_S": "60",
     })
@@ -386,22 +357,22 @@ def test_sigterm_while_a_job_runs_exits_0_within_the_grace_period_and_a_restart_
             assert proc.poll() is None, proc.communicate()[1][-3000:]
             assert time.monotonic() < deadline, "the clean never reached its pause point"
             time.sleep(0.02)
-        assert _get(port, "/healthz")[0] == 200
-        assert _get(port, "/readyz") == (200, "ready\n")
-        code, body = _get(port, "/status")
+        assert get(port, "/healthz")[0] == 200
+        assert get(port, "/readyz") == (200, "ready\n")
+        code, body = get(port, "/status")
         running = json.loads(body)["tables"][0]["running"]
         assert code == 200 and running["action"] == "clean" and running["kind"] == "execute"
-        code, metrics = _get(port, "/metrics")
+        code, metrics = get(port, "/metrics")
         samples = _check_metrics(metrics)
         assert code == 200 and samples[("hoodied_running_jobs", (("action", "clean"),))] == 1
-        assert _get(port, "/nope")[0] == 404
+        assert get(port, "/nope")[0] == 404
 
         sent = time.monotonic()
         proc.send_signal(signal.SIGTERM)
         time.sleep(0.3)
-        code, body = _get(port, "/readyz")
+        code, body = get(port, "/readyz")
         assert code == 503 and body.startswith("draining: received SIGTERM")
-        assert _get(port, "/healthz")[0] == 200
+        assert get(port, "/healthz")[0] == 200
         _, err = proc.communicate(timeout=10)
         took = time.monotonic() - sent
     finally:
@@ -410,12 +381,12 @@ def test_sigterm_while_a_job_runs_exits_0_within_the_grace_period_and_a_restart_
             proc.communicate()
     assert proc.returncode == 0, err[-3000:]
     assert took < 3.0 + 0.5, f"exit took {took:.1f} s with a 3 s grace period"
-    stopped = [e for e in _events(err) if e.get("event") == "daemon stopped"]
+    stopped = [e for e in events(err) if e.get("event") == "daemon stopped"]
     assert stopped and stopped[0]["reason"] == "received SIGTERM" and stopped[0]["abandoned_jobs"] == 1
     (clean,) = _cleans(table)
     assert clean.state is State.INFLIGHT  # stopped half-way, recoverable
 
-    again = _hoodied("run", "--config", str(config), "--once", "--http", "off")
+    again = hoodied("run", "--config", str(config), "--once", "--http", "off")
     _, err = again.communicate(timeout=60)
     assert again.returncode == 0, err[-3000:]
     (clean,) = _cleans(table)
@@ -425,11 +396,11 @@ def test_sigterm_while_a_job_runs_exits_0_within_the_grace_period_and_a_restart_
 def test_status_command_reads_a_running_daemon(tmp_path: Path) -> None:
     (table,) = _copies(tmp_path, ["cow/v6_nonpartitioned"])
     port = free_port()
-    proc = _hoodied("run", "--table", str(table), "--http", f"127.0.0.1:{port}", "--poll-interval", "0.2",
+    proc = hoodied("run", "--table", str(table), "--http", f"127.0.0.1:{port}", "--poll-interval", "0.2",
                     "--lock", "local")
     try:
         deadline = time.monotonic() + 20
-        while _get_or_none(port, "/readyz") != 200:
+        while (get_or_none(port, "/readyz") or (None,))[0] != 200:
             assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[1][-2000:]
             time.sleep(0.05)
         run = CliRunner().invoke
@@ -446,10 +417,3 @@ def test_status_command_reads_a_running_daemon(tmp_path: Path) -> None:
         proc.communicate()
     missing = CliRunner().invoke(cli, ["status", "--http", f"127.0.0.1:{port}"])
     assert missing.exit_code == 1 and "no daemon answers" in missing.stderr
-
-
-def _get_or_none(port: int, path: str) -> int | None:
-    try:
-        return _get(port, path)[0]
-    except OSError:
-        return None

@@ -121,3 +121,48 @@ def test_a_table_with_a_metadata_table_reports_compaction_unsupported_and_keeps_
     assert not spark_engine().started  # nothing to compact: Spark never started
     assert [i for i in _timeline(root).instants if i.action is Action.COMPACTION and i.is_pending] == []
     assert hudi_rs_rows(root) == rows
+
+
+def test_run_demo_once_compacts_and_cleans_the_demo_table_and_prints_its_status(tmp_path: Path) -> None:
+    """The README's first command: ``hoodied run --demo PATH --once`` on the demo table."""
+    from hoodie.demo import create_demo_table
+
+    demo = tmp_path / "demo-table"
+    create_demo_table(str(demo))  # the same table `hoodied run --demo` creates when PATH is new
+    rows = hudi_rs_rows(demo)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HOODIED_")}
+    env["PYTHONPATH"] = str(PROJECT)
+    proc = subprocess.run(
+        [sys.executable, "-c", "from service.cli import main; main()", "run", "--demo", str(demo), "--once",
+         "--spark", "local[2]"],
+        cwd=PROJECT, env=env, text=True, capture_output=True, timeout=180,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "created the demo table" not in proc.stderr  # an existing table is reused as it is
+    assert "job ended" in proc.stderr and not proc.stderr.lstrip().startswith("{")  # console log lines
+    timeline = _timeline(demo)
+    (compaction,) = [i for i in timeline.instants if i.action is Action.COMPACTION]
+    (clean,) = [i for i in timeline.instants if i.action is Action.CLEAN]
+    assert compaction.is_completed and clean.is_completed and clean.requested_time > compaction.requested_time
+    out = proc.stdout
+    assert f"{demo}  (demo_trips, MERGE_ON_READ, v9)" in out, out
+    assert f"compaction {compaction.requested_time}: success" in out, out
+    assert f"clean {clean.requested_time}: success" in out, out
+    # the clean removed exactly the slices the compaction replaced: one base file per file group left
+    assert not list(demo.rglob(".*.log.*"))
+    bases = [p.name.split("_")[0] for p in demo.rglob("*.parquet")]
+    assert len(bases) == len(set(bases)) == 8
+    assert hudi_rs_rows(demo) == rows
+
+
+def test_demo_option_creates_the_demo_table_when_absent(tmp_path: Path) -> None:
+    from service.cli_daemon import DEMO_POLICY, _demo_overrides
+
+    overrides: dict[str, Any] = {"tables": ["/data/other"]}
+    _demo_overrides(str(tmp_path / "fresh"), overrides, None)
+    assert (tmp_path / "fresh" / ".hoodie" / "hoodie.properties").is_file()
+    assert overrides["tables"] == ["/data/other", {"path": str(tmp_path / "fresh"), "policy": DEMO_POLICY}]
+    settings = load_config(overrides=overrides)
+    assert settings.http.address is None and settings.log.format == "console"
+    assert settings.tables[1].policy.services.clean.file_versions_retained == 1
+    assert len([i for i in _timeline(tmp_path / "fresh").instants if i.action is Action.DELTA_COMMIT]) == 6
