@@ -4,8 +4,20 @@ Works on any ``HoodieRollbackPlan`` on the timeline, whoever wrote it (hoodied's
 Apache Hudi), as long as it only deletes files: plans with ``logBlocksToBeDeleted`` (table
 version 6 rollback command blocks) are refused before anything is touched.
 
+On a table with a metadata table (versions 8 and 9), the rollback R of instant T rolls back
+the MDT delta commit T with an MDT rollback at the same instant time R, after the data files
+are deleted and before R completes, as Hudi 1.x does in ``finishRollback``
+(``hoodie.mdt_rollback``); no MDT delta commit is written for R. When the MDT has no T (the
+attempt failed before its MDT write) the MDT is left alone. An MDT delta commit T already
+folded into an MDT compaction is refused before anything is written (Hudi asks for a restore).
+
 Every step can be re-run after a crash: the inflight transition and completion are no-ops
-when done, and deleting a file that is already gone counts as deleted. When the target is a
+when done, and deleting a file that is already gone counts as deleted; a completed MDT
+rollback R is not redone, a pending one is finished.
+
+Test hook: with ``HOODIED_TEST_PAUSE_AT`` set to one of ``PAUSE_POINTS`` the executor writes
+the file named by ``HOODIED_TEST_PAUSE_READY`` when it reaches that point and sleeps
+(``HOODIED_TEST_PAUSE_S``, default 60 s), so a test can kill it there with SIGKILL. When the target is a
 table service (compaction, log compaction, clustering), its inflight file is removed after
 the rollback completes, with its markers and heartbeat, so it can be re-executed from its
 unchanged plan.
@@ -14,6 +26,7 @@ unchanged plan.
 from __future__ import annotations
 
 import logging
+import os
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,13 +35,18 @@ from hoodie.errors import HoodieFormatError, InstantStateError, UnsupportedTable
 from hoodie.heartbeat import delete_heartbeat
 from hoodie.instant import Action, Instant, State
 from hoodie.markers import WriteMarkers
+from hoodie.mdt_rollback import check_data_rollback, rollback_mdt_for_data_rollback
 from hoodie.storage import Storage
 from hoodie.timeline import Timeline
 from hoodie.timeline_writer import TimelineWriter
 
 log = logging.getLogger(__name__)
 
-__all__ = ["RollbackResult", "execute_rollback", "relative_path"]
+__all__ = ["PAUSE_POINTS", "RollbackResult", "execute_rollback", "relative_path"]
+
+#: Where the test hook can stop the executor (in this order).
+PAUSE_POINTS = ("inflight", "deletes-done", "mdt-rollback-inflight", "mdt-rollback-deletes-done",
+                "mdt-done", "completed")
 
 _RESETTABLE = {a.value: a for a in (Action.COMPACTION, Action.LOG_COMPACTION, Action.CLUSTERING,
                                      Action.REPLACE_COMMIT)}
@@ -90,8 +108,10 @@ def execute_rollback(writer: TimelineWriter, rollback_time: str) -> RollbackResu
     target = plan["instantToRollback"]
     result = RollbackResult(inst, str(target["commitTime"]), str(target.get("action") or ""))
     if not inst.is_completed:
+        check_data_rollback(storage, config, result.target_time)
         started = time.monotonic()
         writer.transition_to_inflight(rollback_time, Action.ROLLBACK)
+        _pause("inflight")
         per_partition: dict[str, dict[str, Any]] = {}
         for req in plan.get("RollbackRequests") or []:
             partition = str(req.get("partitionPath") or "")
@@ -107,6 +127,12 @@ def execute_rollback(writer: TimelineWriter, rollback_time: str) -> RollbackResu
                 else:  # gone already: an earlier run of this rollback got there first
                     result.already_gone.append(rel)
                 entry["successDeleteFiles"].append(str(full))
+        _pause("deletes-done")
+        rollback_mdt_for_data_rollback(
+            storage, config, writer.lock, result.target_time, rollback_time,
+            truetime=writer.truetime, pause=_pause,
+        )
+        _pause("mdt-done")
         metadata = {
             "startRollbackTime": rollback_time,
             "timeTakenInMillis": int((time.monotonic() - started) * 1000),
@@ -117,6 +143,7 @@ def execute_rollback(writer: TimelineWriter, rollback_time: str) -> RollbackResu
             "instantsRollback": [{"commitTime": result.target_time, "action": result.target_action}],
         }
         result.rollback = writer.complete(rollback_time, Action.ROLLBACK, metadata)
+        _pause("completed")
     target_inst = timeline.get(result.target_time)
     is_service = result.target_action in _RESETTABLE and (
         result.target_action != Action.REPLACE_COMMIT.value
@@ -141,3 +168,15 @@ def _reset_target(writer: TimelineWriter, result: RollbackResult, is_service: bo
     removed = WriteMarkers(writer.storage, result.target_time).delete_all()
     delete_heartbeat(writer.storage, result.target_time)
     log.info("%s %s: back to requested (%d markers removed)", action.value, result.target_time, removed)
+
+
+def _pause(point: str) -> None:
+    """Test hook (see the module docstring); does nothing unless the environment asks for ``point``."""
+    if os.environ.get("HOODIED_TEST_PAUSE_AT") != point:
+        return
+    ready = os.environ.get("HOODIED_TEST_PAUSE_READY")
+    log.warning("test hook: pausing at %s", point)
+    if ready:
+        with open(ready, "w", encoding="ascii") as f:
+            f.write(f"{os.getpid()} {point}\n")
+    time.sleep(float(os.environ.get("HOODIED_TEST_PAUSE_S", "60")))

@@ -16,10 +16,18 @@ the job. This module writes that delta commit:
    ``<partition>/<log file>``, ``prevCommit`` T, counts, sizes, ``logVersion`` 1) and
    ``extraMetadata.schema`` = the record schema without meta fields.
 
-Re-running T: a completed MDT delta commit T is left as it is (its records are a function of
-the data instant, so they are already there); a pending one (a crash in the middle) has its
-uncommitted log files of T deleted and is then written again. (Hudi records that clean-up as
-an MDT rollback instant; readers skip the blocks of a pending instant either way.)
+Re-running T, as Hudi's ``commitInternal`` does: when the MDT timeline already holds T (pending
+after a crash in the middle, or completed while the data instant T failed afterwards), T is
+first rolled back with an MDT rollback instant at a new instant time
+(``hoodie.mdt_rollback.rollback_mdt_deltacommit``: its files and timeline files are deleted),
+then written again; a pending MDT rollback of T is finished first. Only when the data instant T
+is completed too is a completed MDT T left as it is (nothing to redo).
+
+MDT upkeep (``hoodie.mdt_upkeep.maintain``): before the delta commit T is written, pending MDT
+compactions are finished, then an MDT clean and an MDT compaction run when due (Hudi runs
+``performTableServices`` at the same point: when the data writer of T sets up its MDT writer).
+``upkeep=False`` turns that off; ``max_delta_commits`` overrides
+``hoodie.metadata.compact.max.delta.commits`` (else the data table's property, else 10).
 
 Which MDT partitions get which records is the caller's business (``mdt_encode``,
 ``mdt_colstats``); ``unmaintained_partitions`` tells which MDT partitions of a table a caller
@@ -45,9 +53,12 @@ from hoodie.mdt_encode import (
     file_group_index,
     metadata_payload_schema_json,
 )
+from hoodie.mdt_rollback import rollback_mdt_deltacommit
+from hoodie.mdt_upkeep import UpkeepResult, maintain
 from hoodie.metadata import METADATA_FOLDER
 from hoodie.properties import TableConfig, load_table_config
 from hoodie.storage import Storage
+from hoodie.timeline import Timeline
 from hoodie.timeline_writer import TimelineWriter
 from hoodie.truetime import TimeSettings, TrueTime
 
@@ -84,6 +95,8 @@ class MetadataWriter:
         *,
         truetime: TrueTime | None = None,
         time_settings: TimeSettings | None = None,
+        upkeep: bool = True,
+        max_delta_commits: int | None = None,
     ) -> None:
         if data_config.version not in (8, 9):
             raise UnsupportedTableError(
@@ -93,12 +106,16 @@ class MetadataWriter:
         if not data_config.metadata_table_available:
             raise UnsupportedTableError(f"{METADATA_FOLDER}: the table has no metadata table to write")
         self.data_config = data_config
+        self.data_storage = data_storage
         self.lock = lock
         self.storage = data_storage.child(METADATA_FOLDER)
         self.config = load_table_config(self.storage, metadata_table=True)
         self.timeline = TimelineWriter(
             self.storage, self.config, lock, truetime=truetime, time_settings=time_settings
         )
+        self.upkeep = upkeep
+        self.max_delta_commits = max_delta_commits
+        self.last_upkeep: UpkeepResult | None = None
 
     @property
     def partitions(self) -> tuple[str, ...]:
@@ -140,7 +157,7 @@ class MetadataWriter:
                 f"metadata partitions ({', '.join(self.partitions)})"
             )
         existing = self.timeline.files(instant_time, Action.DELTA_COMMIT)
-        if existing.latest_state is State.COMPLETED:
+        if existing.latest_state is State.COMPLETED and self._data_completed(instant_time):
             done = existing.instant()
             assert done is not None
             log.info("%s: MDT delta commit %s already completed", METADATA_FOLDER, instant_time)
@@ -155,8 +172,12 @@ class MetadataWriter:
             for index in sorted(routed):
                 block = encode_hfile_data_block(routed[index], instant_time, self.data_config.version)
                 blocks.append((partition, groups[index], len(routed[index]), block))
-        if existing.latest_state is not None:
-            self._delete_uncommitted_logs(instant_time)
+        # the MDT's own services first, as Hudi runs them when the data writer sets up its MDT writer
+        if self.upkeep:
+            self.last_upkeep = maintain(self.timeline, self.data_storage, self.data_config,
+                                        max_deltas=self.max_delta_commits)
+        # a retry: roll back what an earlier attempt left (Hudi: writeClient.rollback(T), new time)
+        rollback_mdt_deltacommit(self.timeline, instant_time)
         self.timeline.create_requested(Action.DELTA_COMMIT, instant_time, None)
         self.timeline.transition_to_inflight(
             instant_time, Action.DELTA_COMMIT, self._commit_metadata({}, operation, with_schema=False)
@@ -177,23 +198,9 @@ class MetadataWriter:
             instant_time, Action.DELTA_COMMIT, self._commit_metadata(stats, operation, with_schema=True)
         )
 
-    def _delete_uncommitted_logs(self, instant_time: str) -> None:
-        """Remove the log files a failed attempt of ``instant_time`` left in the MDT partitions."""
-        for partition in (*self.partitions, *self.data_config.metadata_partitions_inflight):
-            if not partition or not self.storage.exists(partition):
-                continue
-            for info in self.storage.list(partition):
-                name = LogFileName.parse(info.name)
-                if name is not None and name.instant_time == instant_time:
-                    self.lock.ensure_held()
-                    self.storage.delete(f"{partition}/{info.name}")
-                    log.warning(
-                        "%s/%s/%s: removed, left by a failed attempt of MDT delta commit %s",
-                        METADATA_FOLDER,
-                        partition,
-                        info.name,
-                        instant_time,
-                    )
+    def _data_completed(self, instant_time: str) -> bool:
+        """Whether the data instant ``instant_time`` is completed on the data timeline."""
+        return Timeline.load(self.data_storage, self.data_config).is_completed(instant_time)
 
     def _commit_metadata(
         self, stats: Mapping[str, list[dict[str, Any]]], operation: str, *, with_schema: bool

@@ -19,6 +19,11 @@ so an attempt that appended log blocks (log compaction) cannot be undone by dele
 hoodied refuses that case instead of guessing.
 
 Plan paths are full paths (the table base path + the relative path), as Hudi writes them.
+
+Tables with a metadata table (versions 8 and 9): the executor also rolls back the MDT delta
+commit of the target (``hoodie.mdt_rollback``); ``schedule_rollback`` checks first that it can
+(a version-6 MDT, or an MDT delta commit already folded into an MDT compaction, is refused
+with nothing written).
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ from hoodie.heartbeat import (
 )
 from hoodie.instant import Action, Instant, State
 from hoodie.markers import IOType, WriteMarkers
+from hoodie.mdt_rollback import check_data_rollback
 from hoodie.properties import TableConfig
 from hoodie.storage import Storage
 from hoodie.timeline import Timeline
@@ -198,6 +204,7 @@ def schedule_rollback(writer: TimelineWriter, timeline: Timeline, target: Instan
         log.info("%s: reusing pending rollback %s", target.requested_time, existing.requested_time)
         return existing
     plan = plan_rollback(writer.storage, writer.config, timeline, target)
+    check_data_rollback(writer.storage, writer.config, target.requested_time)
     return writer.schedule(Action.ROLLBACK, plan)
 
 

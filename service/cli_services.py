@@ -4,9 +4,10 @@
 (compaction, log compaction, clustering) exactly as Apache Hudi does before it retries one:
 a rollback instant whose plan deletes the attempt's files, then the service's inflight file
 goes and the service can be re-executed from its unchanged plan. A live attempt (heartbeat
-not expired) is refused unless ``--force``. Tables with a metadata table are refused until
-hoodied can write the metadata table: deleting data files without the matching
-metadata-table commit would corrupt what readers see.
+not expired) is refused unless ``--force``. On a table with a metadata table the attempt's
+MDT delta commit is rolled back too, by an MDT rollback with the same instant time
+(``hoodie.mdt_rollback``); one that an MDT compaction already folded in is refused, as Hudi
+refuses it.
 
 ``schedule clean TABLE``: plan a clean (``planners.clean``) under the table lock and write
 ``<T>.clean.requested``; prints the new instant and a summary, or why nothing is due. A
@@ -46,7 +47,7 @@ from hoodie.heartbeat import (
 from hoodie.instant import Action, Instant, State, require_instant_time
 from hoodie.locks import LockSettings, TableLock
 from hoodie.mdt_clean import require_clean_maintainable
-from hoodie.metadata import require_no_metadata_table
+from hoodie.mdt_rollback import require_rollback_supported
 from hoodie.properties import load_table_config
 from hoodie.storage import Storage, storage_for
 from hoodie.timeline import Timeline
@@ -69,12 +70,6 @@ __all__ = [
 ]
 
 
-def refuse_metadata_table(storage: Storage, what: str) -> None:
-    """The metadata-table refusal of services that do not write the MDT yet (rollback);
-    cleans use ``hoodie.mdt_clean.require_clean_maintainable``."""
-    require_no_metadata_table(storage, load_table_config(storage), what)
-
-
 def rollback_failed_attempt(
     storage: Storage,
     instant_time: str,
@@ -90,8 +85,8 @@ def rollback_failed_attempt(
     ``None`` when there is nothing to roll back (the service is only requested and no
     rollback of it is pending).
     """
-    refuse_metadata_table(storage, "rollback")
     config = load_table_config(storage)
+    require_rollback_supported(storage, config)
     with lock:
         timeline = Timeline.load(storage, config)
         target = timeline.get(instant_time)

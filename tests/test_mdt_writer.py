@@ -211,12 +211,24 @@ def test_rerun_after_a_crash_and_after_completion(hudi_table) -> None:  # type: 
             p.name for p in (root / ".hoodie/metadata/files").glob(f".files-0000-0_{instant}.log.*")
         )
         assert logs == [f".files-0000-0_{instant}.log.1_0-0-0"]
-        again = t.mdt().write_deltacommit(instant, records)  # completed: nothing is written again
-        assert again == done
+        # the torn attempt was rolled back as Hudi does: an MDT rollback instant at a new time
+        mdt_tl = Timeline.load(writer.storage, writer.config)
+        (rb,) = mdt_tl.completed((Action.ROLLBACK,))
+        assert rb.requested_time > instant
+        md = mdt_tl.read_commit_metadata(rb)
+        assert md["commitsRollback"] == [instant]
+        assert md["partitionMetadata"]["files"]["successDeleteFiles"] == [
+            f"{writer.storage.base_uri}/files/.files-0000-0_{instant}.log.1_7-7-7"
+        ]
+        # completed in the MDT, data instant still pending: a retry rolls it back and rewrites it
+        again = t.mdt().write_deltacommit(instant, records)
+        assert again.state is State.COMPLETED and again.completion_time > done.completion_time  # type: ignore[operator]
+        assert len(Timeline.load(writer.storage, writer.config).completed((Action.ROLLBACK,))) == 2
         assert (
             sorted(p.name for p in (root / ".hoodie/metadata/files").glob(f".files-0000-0_{instant}*"))
             == logs
         )
+        done = again
         # MDT completed, data instant still pending: readers ignore the MDT records
         assert _hudi_rs(root)[0] == before_slices
         stat = write_stat(
@@ -225,6 +237,9 @@ def test_rerun_after_a_crash_and_after_completion(hudi_table) -> None:  # type: 
         t.timeline.complete(instant, Action.DELTA_COMMIT, _commit_md({"region=eu": [stat]}, "INSERT"))
     assert ("region=eu", file_id, name, ()) in _hudi_rs(root)[0]
     assert _drift(root) == 0
+    with t.lock:  # both completed: nothing is written again
+        assert t.mdt().write_deltacommit(instant, records) == done
+    assert len(Timeline.load(writer.storage, writer.config).completed((Action.ROLLBACK,))) == 2
 
 
 def test_refusals(hudi_table, shared_table) -> None:  # type: ignore[no-untyped-def]

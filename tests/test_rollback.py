@@ -137,14 +137,17 @@ def test_pending_rollback_is_reused_after_a_crash(hudi_table) -> None:  # type: 
     assert [i.requested_time for i in rollbacks] == [first.requested_time]
 
 
-def test_table_with_metadata_table_is_refused(hudi_table) -> None:  # type: ignore[no-untyped-def]
+def test_table_with_metadata_table_rolls_back_its_mdt_delta_commit(hudi_table) -> None:  # type: ignore[no-untyped-def]
     root = hudi_table("cow/v9_txns_simple_meta")
     t, _ = _fail_service(root, "clustering")
-    before = _files(root)
     storage = LocalStorage(str(root))
-    with pytest.raises(UnsupportedTableError, match="metadata-table writer"):
-        rollback_failed_attempt(storage, t, InProcessLock(storage.base_uri), time_settings=FAST)
-    assert _files(root) == before
+    result = rollback_failed_attempt(storage, t, InProcessLock(storage.base_uri), time_settings=FAST)
+    assert result is not None
+    r = result.rollback.requested_time
+    mdt_timeline = root / ".hoodie" / "metadata" / ".hoodie" / "timeline"
+    names = {p.name for p in mdt_timeline.iterdir()}
+    assert any(n.startswith(f"{r}_") and n.endswith(".rollback") for n in names), names
+    assert not any(n.startswith(t) for n in names), names
 
 
 def test_v6_log_appends_are_refused(hudi_table) -> None:  # type: ignore[no-untyped-def]
