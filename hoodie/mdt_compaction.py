@@ -48,6 +48,7 @@ from hoodie.instant import Action, Instant, State
 from hoodie.mdt_encode import metadata_payload_schema_json, metadata_schema_json
 from hoodie.mdt_merge import compacted_cells, merge_file_slice
 from hoodie.mdt_rollback import latest_mdt_compaction
+from hoodie.plans import compaction_operation
 from hoodie.properties import TableConfig
 from hoodie.storage import Storage
 from hoodie.timeline import Timeline, datetime_to_instant_time, instant_time_to_datetime
@@ -123,25 +124,11 @@ def compaction_instant_time(
 
 def _operation(partition: str, file_id: str, base_instant: str, base: tuple[str, int] | None,
                logs: list[LogFile]) -> dict[str, Any]:
-    log_size = sum(max(lf.size, 0) for lf in logs)
     base_size = base[1] if base else 0
-    read_mb = (base_size + log_size) // _MB
-    write_mb = base_size // _MB if base else _NEW_BASE_WRITE_MB
-    return {
-        "baseInstantTime": base_instant,
-        "deltaFilePaths": [lf.file_name for lf in logs],
-        "dataFilePath": base[0] if base else None,
-        "fileId": file_id,
-        "partitionPath": partition,
-        "metrics": {
-            "TOTAL_LOG_FILES": float(len(logs)),
-            "TOTAL_IO_MB": float(read_mb + write_mb),
-            "TOTAL_IO_READ_MB": float(read_mb),
-            "TOTAL_LOG_FILES_SIZE": float(log_size),
-            "TOTAL_IO_WRITE_MB": float(write_mb),
-        },
-        "bootstrapFilePath": None,
-    }
+    return compaction_operation(
+        partition, file_id, base_instant, base[0] if base else None, base_size,
+        [(lf.file_name, lf.size) for lf in logs], base_size if base else _NEW_BASE_WRITE_MB * _MB,
+    )
 
 
 def plan_mdt_compaction(storage: Storage, config: TableConfig, timeline: Timeline,

@@ -10,7 +10,7 @@ bare file names.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -403,6 +403,43 @@ class IndexPlan:
 
 
 Plan = CompactionPlan | ClusteringPlan | CleanerPlan | RollbackPlan | RestorePlan | IndexPlan
+
+
+_MB = 1024 * 1024
+
+
+def compaction_operation(
+    partition: str,
+    file_id: str,
+    base_instant: str,
+    base_file: str | None,
+    base_size: int,
+    log_files: Sequence[tuple[str, int]],
+    write_bytes: int,
+) -> dict[str, Any]:
+    """A ``HoodieCompactionOperation`` record with the ``FileSliceMetricUtils`` metrics Hudi writes.
+
+    ``log_files``: (file name, size) in plan order; ``write_bytes``: the estimated size of the
+    new base file (each planner has its own estimate for a slice without a base file).
+    """
+    log_size = sum(max(size, 0) for _, size in log_files)
+    read_mb = (base_size + log_size) // _MB
+    write_mb = write_bytes // _MB
+    return {
+        "baseInstantTime": base_instant,
+        "deltaFilePaths": [name for name, _ in log_files],
+        "dataFilePath": base_file,
+        "fileId": file_id,
+        "partitionPath": partition,
+        "metrics": {
+            "TOTAL_LOG_FILES": float(len(log_files)),
+            "TOTAL_IO_MB": float(read_mb + write_mb),
+            "TOTAL_IO_READ_MB": float(read_mb),
+            "TOTAL_LOG_FILES_SIZE": float(log_size),
+            "TOTAL_IO_WRITE_MB": float(write_mb),
+        },
+        "bootstrapFilePath": None,
+    }
 
 
 def decode_plan(instant: Instant, plan: Mapping[str, Any] | None) -> Plan | None:

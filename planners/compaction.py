@@ -52,6 +52,7 @@ from hoodie.fsview import FilesByPartition, FileSlice, FileSystemView, LogFile, 
 from hoodie.instant import WRITE_ACTIONS, Action, Instant, State
 from hoodie.locks import TableLock
 from hoodie.metadata import require_no_metadata_table
+from hoodie.plans import compaction_operation
 from hoodie.properties import TableConfig, load_table_config
 from hoodie.storage import Storage
 from hoodie.timeline import Timeline, instant_time_to_datetime
@@ -281,25 +282,12 @@ def _eligible_logs(s: FileSlice, config: TableConfig, instant_time: str) -> list
 
 def _operation(s: FileSlice, logs: list[LogFile], settings: CompactionSettings) -> dict[str, Any]:
     """A ``HoodieCompactionOperation`` with ``FileSliceMetricUtils`` metrics."""
-    log_size = sum(max(lf.size, 0) for lf in logs)
     base_size = s.base_file.size if s.base_file is not None else 0
-    read_mb = (base_size + log_size) // _MB
-    write_mb = (base_size if base_size > 0 else settings.max_file_size) // _MB
-    return {
-        "baseInstantTime": s.base_instant,
-        "deltaFilePaths": [lf.file_name for lf in logs],
-        "dataFilePath": s.base_file.file_name if s.base_file is not None else None,
-        "fileId": s.file_id,
-        "partitionPath": s.partition,
-        "metrics": {
-            "TOTAL_LOG_FILES": float(len(logs)),
-            "TOTAL_IO_MB": float(read_mb + write_mb),
-            "TOTAL_IO_READ_MB": float(read_mb),
-            "TOTAL_LOG_FILES_SIZE": float(log_size),
-            "TOTAL_IO_WRITE_MB": float(write_mb),
-        },
-        "bootstrapFilePath": None,
-    }
+    return compaction_operation(
+        s.partition, s.file_id, s.base_instant,
+        s.base_file.file_name if s.base_file is not None else None, base_size,
+        [(lf.file_name, lf.size) for lf in logs], base_size if base_size > 0 else settings.max_file_size,
+    )
 
 
 def _order_and_filter(ops: list[dict[str, Any]], settings: CompactionSettings) -> list[dict[str, Any]]:
