@@ -55,6 +55,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from hoodie.crashpoints import crash_point
 from hoodie.errors import HoodieFormatError, InstantStateError, StorageError, UnsupportedTableError
 from hoodie.filenames import PARTITION_METAFILE, BaseFileName, LogFileName
 from hoodie.heartbeat import (
@@ -91,9 +92,6 @@ CLEAN_METADATA_VERSION = 2
 DEFAULT_PARALLELISM = 8
 #: Where the test hook can stop the executor (in this order).
 PAUSE_POINTS = ("requested", "inflight", "deletes-half", "deletes-done", "mdt-log-written", "mdt-done")
-_PAUSE_ENV = "HOODIED_TEST_PAUSE_AT"
-_READY_ENV = "HOODIED_TEST_PAUSE_READY"
-_SLEEP_ENV = "HOODIED_TEST_PAUSE_S"
 
 
 @dataclass(frozen=True, slots=True)
@@ -295,16 +293,6 @@ def _read_plan(storage: Storage, timeline: Timeline, inst: Instant, where: str) 
 # ---------------------------------------------------------------------------- deleting
 
 
-def _pause(point: str) -> None:
-    """Test hook (see the module docstring); does nothing unless the environment asks for ``point``."""
-    if os.environ.get(_PAUSE_ENV) != point:
-        return
-    ready = os.environ.get(_READY_ENV)
-    log.warning("test hook: pausing at %s", point)
-    if ready:
-        with open(ready, "w", encoding="ascii") as f:
-            f.write(f"{os.getpid()} {point}\n")
-    time.sleep(float(os.environ.get(_SLEEP_ENV, "60")))
 
 
 def _delete_files(
@@ -433,28 +421,28 @@ def execute_clean(
             )
         heartbeat.start()
         try:
-            _pause("requested")
+            crash_point("requested")
             writer.transition_to_inflight(clean_time, Action.CLEAN)
         except BaseException:
             heartbeat.stop(delete=True)
             raise
     try:
-        _pause("inflight")
+        crash_point("inflight")
         result = CleanResult(inst)
         todo = [f for entries in plan.files.values() for f in entries]
         half = len(todo) // 2
         _delete_files(storage, todo[:half], parallelism, result)
-        _pause("deletes-half")
+        crash_point("deletes-half")
         _delete_files(storage, todo[half:], parallelism, result)
         for partition in plan.partitions_to_delete:
             (result.partitions_deleted if _delete_partition(storage, partition)
              else result.partitions_kept).append(partition)
-        _pause("deletes-done")
+        crash_point("deletes-done")
         metadata = _metadata(plan, clean_time, result, int((time.monotonic() - started) * 1000))
         with lock:
             if metadata_table_in_use(storage, config) is not None:
                 _write_metadata_table(storage, config, lock, clean_time, plan, time_settings)
-                _pause("mdt-done")
+                crash_point("mdt-done")
             lock.ensure_held()
             result.instant = writer.complete(clean_time, Action.CLEAN, metadata)
     finally:
@@ -475,4 +463,4 @@ def _write_metadata_table(
     deleted = {p: [f.file_name for f in entries] for p, entries in plan.files.items()}
     records = clean_records(storage, config, clean_time, deleted)
     mdt = MetadataWriter(storage, config, lock, time_settings=time_settings)
-    mdt.write_deltacommit(clean_time, records, after_log=lambda: _pause("mdt-log-written"))
+    mdt.write_deltacommit(clean_time, records, after_log=lambda: crash_point("mdt-log-written"))

@@ -26,11 +26,11 @@ unchanged plan.
 from __future__ import annotations
 
 import logging
-import os
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from hoodie.crashpoints import crash_point
 from hoodie.errors import HoodieFormatError, InstantStateError, UnsupportedTableError
 from hoodie.heartbeat import delete_heartbeat
 from hoodie.instant import Action, Instant, State
@@ -111,7 +111,7 @@ def execute_rollback(writer: TimelineWriter, rollback_time: str) -> RollbackResu
         check_data_rollback(storage, config, result.target_time)
         started = time.monotonic()
         writer.transition_to_inflight(rollback_time, Action.ROLLBACK)
-        _pause("inflight")
+        crash_point("inflight")
         per_partition: dict[str, dict[str, Any]] = {}
         for req in plan.get("RollbackRequests") or []:
             partition = str(req.get("partitionPath") or "")
@@ -127,12 +127,12 @@ def execute_rollback(writer: TimelineWriter, rollback_time: str) -> RollbackResu
                 else:  # gone already: an earlier run of this rollback got there first
                     result.already_gone.append(rel)
                 entry["successDeleteFiles"].append(str(full))
-        _pause("deletes-done")
+        crash_point("deletes-done")
         rollback_mdt_for_data_rollback(
             storage, config, writer.lock, result.target_time, rollback_time,
-            truetime=writer.truetime, pause=_pause,
+            truetime=writer.truetime, pause=crash_point,
         )
-        _pause("mdt-done")
+        crash_point("mdt-done")
         metadata = {
             "startRollbackTime": rollback_time,
             "timeTakenInMillis": int((time.monotonic() - started) * 1000),
@@ -143,7 +143,7 @@ def execute_rollback(writer: TimelineWriter, rollback_time: str) -> RollbackResu
             "instantsRollback": [{"commitTime": result.target_time, "action": result.target_action}],
         }
         result.rollback = writer.complete(rollback_time, Action.ROLLBACK, metadata)
-        _pause("completed")
+        crash_point("completed")
     target_inst = timeline.get(result.target_time)
     is_service = result.target_action in _RESETTABLE and (
         result.target_action != Action.REPLACE_COMMIT.value
@@ -170,13 +170,3 @@ def _reset_target(writer: TimelineWriter, result: RollbackResult, is_service: bo
     log.info("%s %s: back to requested (%d markers removed)", action.value, result.target_time, removed)
 
 
-def _pause(point: str) -> None:
-    """Test hook (see the module docstring); does nothing unless the environment asks for ``point``."""
-    if os.environ.get("HOODIED_TEST_PAUSE_AT") != point:
-        return
-    ready = os.environ.get("HOODIED_TEST_PAUSE_READY")
-    log.warning("test hook: pausing at %s", point)
-    if ready:
-        with open(ready, "w", encoding="ascii") as f:
-            f.write(f"{os.getpid()} {point}\n")
-    time.sleep(float(os.environ.get("HOODIED_TEST_PAUSE_S", "60")))

@@ -39,6 +39,7 @@ from datetime import timedelta
 from typing import Any
 
 from hoodie._writer_support import write_stat
+from hoodie.crashpoints import crash_point
 from hoodie.errors import HoodieFormatError, InstantStateError
 from hoodie.filenames import BaseFileName, make_write_token
 from hoodie.fsview import FileSystemView, LogFile, list_storage
@@ -183,6 +184,7 @@ def execute_mdt_compaction(mdt: TimelineWriter, instant_time: str, table_version
         return result
     plan = timeline.read_plan(inst) or {}
     mdt.transition_to_inflight(instant_time, Action.COMPACTION)
+    crash_point("mdt-compaction-inflight")
     stats: dict[str, list[dict[str, Any]]] = {}
     for index, op in enumerate(plan.get("operations") or []):
         partition, file_id = str(op["partitionPath"]), str(op["fileId"])
@@ -206,6 +208,7 @@ def execute_mdt_compaction(mdt: TimelineWriter, instant_time: str, table_version
             storage.put_if_absent(f"{partition}/{name}",
                                   encode_base_hfile(cells, metadata_schema_json(table_version)))
             count = len(cells)
+            crash_point("mdt-compaction-base-written")
             log.info("%s/%s: compacted base file written (%d records from %d log files)",
                      storage.base_uri, f"{partition}/{name}", count, len(logs))
         size = storage.size(f"{partition}/{name}")

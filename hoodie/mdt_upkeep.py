@@ -31,6 +31,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from hoodie.crashpoints import crash_point
 from hoodie.fsview import FileGroup, FileSystemView, list_storage
 from hoodie.instant import Action, Instant
 from hoodie.mdt_compaction import (
@@ -145,6 +146,7 @@ def execute_mdt_clean(mdt: TimelineWriter, clean_time: str) -> Instant:
     plan = timeline.read_plan(inst) or {}
     started = time.monotonic()
     mdt.transition_to_inflight(clean_time, Action.CLEAN)
+    crash_point("mdt-clean-inflight")
     base = storage.base_uri.rstrip("/") + "/"
     partitions: dict[str, dict[str, Any]] = {}
     for partition, infos in sorted((plan.get("filePathsToBeDeletedPerPartition") or {}).items()):
@@ -160,6 +162,7 @@ def execute_mdt_clean(mdt: TimelineWriter, clean_time: str) -> Instant:
             entry["deletePathPatterns"].append(name)
             mdt.lock.ensure_held()
             (entry["successDeleteFiles"] if storage.delete(rel) else entry["failedDeleteFiles"]).append(name)
+            crash_point("mdt-clean-deleted")
     ectr = plan.get("earliestInstantToRetain") or {}
     metadata = {
         "startCleanTime": clean_time,
