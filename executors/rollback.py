@@ -31,18 +31,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hoodie.crashpoints import crash_point
-from hoodie.errors import HoodieFormatError, InstantStateError, UnsupportedTableError
+from hoodie.errors import HoodieFormatError, InstantStateError
 from hoodie.heartbeat import delete_heartbeat
 from hoodie.instant import Action, Instant, State
 from hoodie.markers import WriteMarkers
 from hoodie.mdt_rollback import check_data_rollback, rollback_mdt_for_data_rollback
-from hoodie.storage import Storage
+from hoodie.rollback_files import delete_planned_files, rollback_metadata
 from hoodie.timeline import Timeline
 from hoodie.timeline_writer import TimelineWriter
 
 log = logging.getLogger(__name__)
 
-__all__ = ["PAUSE_POINTS", "RollbackResult", "execute_rollback", "relative_path"]
+__all__ = ["PAUSE_POINTS", "RollbackResult", "execute_rollback"]
 
 #: Where the test hook can stop the executor (in this order).
 PAUSE_POINTS = ("inflight", "deletes-done", "mdt-rollback-inflight", "mdt-rollback-deletes-done",
@@ -61,25 +61,6 @@ class RollbackResult:
     already_gone: list[str] = field(default_factory=list)
 
 
-def relative_path(storage: Storage, path: str, where: str) -> str:
-    """A plan's full path (``/base/p/f``, ``file:/base/p/f``, ``file:///base/p/f``) -> ``p/f``."""
-    p = path
-    for scheme in ("file://", "file:"):
-        if p.startswith(scheme):
-            p = p[len(scheme):]
-            break
-    base = storage.base_uri.rstrip("/") + "/"
-    if p.startswith(base):
-        rel = p[len(base):]
-    elif not p.startswith("/") and "://" not in p:
-        rel = p
-    else:
-        raise HoodieFormatError(f"{where}: plan names {path}, which is outside the table {storage.base_uri}")
-    if not rel or ".." in rel.split("/") or rel.startswith(".hoodie/"):
-        raise HoodieFormatError(f"{where}: plan names {path}, which is not a data file of the table")
-    return rel
-
-
 def _read_plan(timeline: Timeline, inst: Instant, where: str) -> dict[str, Any]:
     plan = timeline.read_plan(inst)
     if not plan:
@@ -87,12 +68,6 @@ def _read_plan(timeline: Timeline, inst: Instant, where: str) -> dict[str, Any]:
     target = plan.get("instantToRollback") or {}
     if not target.get("commitTime"):
         raise HoodieFormatError(f"{where}: rollback plan names no instant to roll back")
-    for req in plan.get("RollbackRequests") or []:
-        if req.get("logBlocksToBeDeleted"):
-            raise UnsupportedTableError(
-                f"{where}: the plan rolls back log blocks with command blocks (table version 6); "
-                "hoodied only executes rollbacks that delete files"
-            )
     return plan
 
 
@@ -112,36 +87,15 @@ def execute_rollback(writer: TimelineWriter, rollback_time: str) -> RollbackResu
         started = time.monotonic()
         writer.transition_to_inflight(rollback_time, Action.ROLLBACK)
         crash_point("inflight")
-        per_partition: dict[str, dict[str, Any]] = {}
-        for req in plan.get("RollbackRequests") or []:
-            partition = str(req.get("partitionPath") or "")
-            entry = per_partition.setdefault(partition, {
-                "partitionPath": partition, "successDeleteFiles": [], "failedDeleteFiles": [],
-                "rollbackLogFiles": {}, "logFilesFromFailedCommit": {},
-            })
-            for full in req.get("filesToBeDeleted") or []:
-                rel = relative_path(storage, str(full), where)
-                writer.lock.ensure_held()
-                if storage.delete(rel):
-                    result.deleted.append(rel)
-                else:  # gone already: an earlier run of this rollback got there first
-                    result.already_gone.append(rel)
-                entry["successDeleteFiles"].append(str(full))
+        files = delete_planned_files(storage, writer.lock, plan, where)
+        result.deleted, result.already_gone = files.deleted, files.already_gone
         crash_point("deletes-done")
         rollback_mdt_for_data_rollback(
             storage, config, writer.lock, result.target_time, rollback_time,
             truetime=writer.truetime, pause=crash_point,
         )
         crash_point("mdt-done")
-        metadata = {
-            "startRollbackTime": rollback_time,
-            "timeTakenInMillis": int((time.monotonic() - started) * 1000),
-            "totalFilesDeleted": len(result.deleted) + len(result.already_gone),
-            "commitsRollback": [result.target_time],
-            "partitionMetadata": per_partition,
-            "version": 1,
-            "instantsRollback": [{"commitTime": result.target_time, "action": result.target_action}],
-        }
+        metadata = rollback_metadata(rollback_time, result.target_time, result.target_action, started, files)
         result.rollback = writer.complete(rollback_time, Action.ROLLBACK, metadata)
         crash_point("completed")
     target_inst = timeline.get(result.target_time)

@@ -49,6 +49,7 @@ from hoodie.instant import Action, Instant, State
 from hoodie.locks import TableLock
 from hoodie.metadata import METADATA_FOLDER, metadata_table_in_use
 from hoodie.properties import TableConfig, load_table_config
+from hoodie.rollback_files import delete_planned_files, rollback_metadata
 from hoodie.storage import Storage
 from hoodie.timeline import Timeline
 from hoodie.timeline_writer import TimelineWriter
@@ -197,19 +198,6 @@ def plan_mdt_rollback(storage: Storage, target: Instant) -> dict[str, Any]:
     }
 
 
-def _relative(storage: Storage, path: str, where: str) -> str:
-    p = path
-    for scheme in ("file://", "file:"):
-        if p.startswith(scheme):
-            p = p[len(scheme):]
-            break
-    base = storage.base_uri.rstrip("/") + "/"
-    rel = p[len(base):] if p.startswith(base) else None
-    if not rel or ".." in rel.split("/") or rel.startswith(".hoodie/") or "/" not in rel:
-        raise HoodieFormatError(f"{where}: plan names {path}, which is not a file of the metadata table")
-    return rel
-
-
 def rollback_mdt_deltacommit(
     mdt: TimelineWriter,
     target_time: str,
@@ -260,34 +248,13 @@ def _execute(
     _delete_instant_file(mdt, target_time, State.COMPLETED)
     if pause is not None:
         pause("mdt-rollback-inflight")
-    per_partition: dict[str, dict[str, Any]] = {}
-    for req in plan.get("RollbackRequests") or []:
-        if req.get("logBlocksToBeDeleted"):
-            raise UnsupportedTableError(f"{where}: the plan rolls back log blocks with command blocks; "
-                                        "hoodied only executes rollbacks that delete files")
-        partition = str(req.get("partitionPath") or "")
-        entry = per_partition.setdefault(partition, {
-            "partitionPath": partition, "successDeleteFiles": [], "failedDeleteFiles": [],
-            "rollbackLogFiles": {}, "logFilesFromFailedCommit": {},
-        })
-        for full in req.get("filesToBeDeleted") or []:
-            rel = _relative(storage, str(full), where)
-            mdt.lock.ensure_held()
-            (result.deleted if storage.delete(rel) else result.already_gone).append(rel)
-            entry["successDeleteFiles"].append(str(full))
+    files = delete_planned_files(storage, mdt.lock, plan, where, in_partition=True)
+    result.deleted, result.already_gone = files.deleted, files.already_gone
     if pause is not None:
         pause("mdt-rollback-deletes-done")
     _delete_instant_file(mdt, target_time, State.INFLIGHT)
     _delete_instant_file(mdt, target_time, State.REQUESTED)
-    metadata = {
-        "startRollbackTime": inst.requested_time,
-        "timeTakenInMillis": int((time.monotonic() - started) * 1000),
-        "totalFilesDeleted": len(result.deleted) + len(result.already_gone),
-        "commitsRollback": [target_time],
-        "partitionMetadata": per_partition,
-        "version": 1,
-        "instantsRollback": [{"commitTime": target_time, "action": Action.DELTA_COMMIT.value}],
-    }
+    metadata = rollback_metadata(inst.requested_time, target_time, Action.DELTA_COMMIT.value, started, files)
     result.rollback = mdt.complete(inst.requested_time, Action.ROLLBACK, metadata)
     log.info("%s: MDT rollback %s of delta commit %s completed (%d files deleted)", METADATA_FOLDER,
              inst.requested_time, target_time, metadata["totalFilesDeleted"])

@@ -8,13 +8,14 @@ import hudi
 import pytest
 from click.testing import CliRunner
 
-from executors.rollback import execute_rollback, relative_path
+from executors.rollback import execute_rollback
 from hoodie.errors import HoodieFormatError, InstantStateError, UnsupportedTableError
 from hoodie.heartbeat import Heartbeat
 from hoodie.instant import Action, State
 from hoodie.locks import InProcessLock
 from hoodie.markers import IOType, WriteMarkers
 from hoodie.properties import load_table_config
+from hoodie.rollback_files import plan_relative_path as relative_path
 from hoodie.storage import LocalStorage
 from hoodie.timeline import Timeline
 from hoodie.timeline_writer import TimelineWriter
@@ -191,6 +192,11 @@ def test_plan_paths(tmp_path: Path) -> None:
                 "s3://b/t/f.parquet"):
         with pytest.raises(HoodieFormatError, match="^x: plan names"):
             relative_path(storage, bad, "x")
+    # MDT rollbacks: every file sits in an MDT partition folder
+    log_file = "files/.f.log.1_0-0-0"
+    assert relative_path(storage, f"{base}/{log_file}", "x", in_partition=True) == log_file
+    with pytest.raises(HoodieFormatError, match="not a data file"):
+        relative_path(storage, f"{base}/f.parquet", "x", in_partition=True)
 
 
 def test_executing_a_plan_with_a_path_outside_the_table_changes_nothing(hudi_table, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
