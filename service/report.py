@@ -18,6 +18,7 @@ import pyarrow.parquet as pq
 
 from hoodie.filenames import writer_instant
 from hoodie.instant import Action, Instant
+from hoodie.mdt_compaction import deltas_since_last_compaction
 from hoodie.metadata import ListingDrift, listing_drift
 from hoodie.table import HoodieTable, Listing
 from hoodie.timeline import Timeline
@@ -137,15 +138,12 @@ def _metadata_report(table: HoodieTable) -> dict[str, Any]:
 
 def _mdt_timeline_health(timeline: Timeline) -> dict[str, Any]:
     """The metadata table's own upkeep: its last compaction and what has piled up since."""
-    compactions = timeline.completed((Action.COMPACTION,))
-    last = compactions[-1] if compactions else None
-    last_done = (last.completion_time or last.requested_time) if last else ""
-    deltas = timeline.completed((Action.DELTA_COMMIT,))
-    since = [i for i in deltas if (i.completion_time or i.requested_time) > last_done]
+    # counted as the MDT compaction trigger counts them (by requested time, pending ones too)
+    since, last = deltas_since_last_compaction(timeline)
     cleans = timeline.completed((Action.CLEAN,))
     return {
-        "last_compaction": last.requested_time if last else None,
-        "delta_commits_since_compaction": len(since),
+        "last_compaction": last,
+        "delta_commits_since_compaction": since,
         "last_clean": cleans[-1].requested_time if cleans else None,
         "pending": [f"{i.requested_time} {i.action.value} {i.state.value}" for i in timeline.pending()],
     }
