@@ -71,8 +71,7 @@ from hoodie.heartbeat import (
     DEFAULT_INTERVAL_MS,
     DEFAULT_TOLERABLE_MISSES,
     Heartbeat,
-    is_heartbeat_expired,
-    last_heartbeat_ms,
+    require_startable,
 )
 from hoodie.instant import Action, Instant, State
 from hoodie.locks import TableLock
@@ -350,30 +349,6 @@ def _write_stat(row: dict[str, Any]) -> dict[str, Any]:
     return stat
 
 
-def _reconcile(storage: Storage, instant_time: str, kept: set[str]) -> list[str]:
-    """Delete data files that have markers but are not in the write stats (Hudi's ``finalizeWrite``)."""
-    removed = []
-    for marker in WriteMarkers(storage, instant_time).markers():
-        if marker.data_path not in kept and storage.delete(marker.data_path):
-            removed.append(marker.data_path)
-    return removed
-
-
-def _check_startable(storage: Storage, inst: Instant, interval_ms: int, tolerable_misses: int) -> None:
-    if inst.state is State.REQUESTED:
-        return
-    t = inst.requested_time
-    if not is_heartbeat_expired(storage, t, interval_ms=interval_ms, tolerable_misses=tolerable_misses):
-        raise InstantStateError(
-            f"{t}: compaction has a live heartbeat (last beat at {last_heartbeat_ms(storage, t)} ms since "
-            "the epoch); another executor is working on it"
-        )
-    raise InstantStateError(
-        f"{t}: compaction is inflight from a failed attempt; roll it back first "
-        f"(`hoodied rollback TABLE --instant {t}`, or run it through `hoodied execute`)"
-    )
-
-
 def execute_compaction(
     storage: Storage,
     config: TableConfig,
@@ -414,7 +389,7 @@ def execute_compaction(
         if inst.is_completed:
             WriteMarkers(storage, instant_time).delete_all()  # left by a crash right after completing
             return CompactionResult(inst, was_completed=True)
-        _check_startable(storage, inst, heartbeat_interval_ms, tolerable_misses)
+        require_startable(storage, inst, "compaction", heartbeat_interval_ms, tolerable_misses)
         plan = timeline.plan(inst)
         if not isinstance(plan, CompactionPlan):
             raise HoodieFormatError(f"{timeline.state_file(inst, State.REQUESTED)}: compaction plan is empty")
@@ -443,7 +418,8 @@ def execute_compaction(
             )
         metadata = ws.commit_metadata(by_partition, "COMPACT", table_schema, compacted=True)
         with lock:
-            result.removed = _reconcile(storage, instant_time, {s["path"] for s in result.write_stats})
+            written = {s["path"] for s in result.write_stats}
+            result.removed = WriteMarkers(storage, instant_time).reconcile(written)
             lock.ensure_held()
             result.instant = writer.complete(
                 instant_time, Action.COMPACTION, ws.encode_commit_metadata(metadata, config.version)

@@ -20,6 +20,8 @@ import time
 from collections.abc import Callable
 from types import TracebackType
 
+from hoodie.errors import InstantStateError
+from hoodie.instant import Instant, State
 from hoodie.storage import Storage
 
 log = logging.getLogger(__name__)
@@ -33,6 +35,7 @@ __all__ = [
     "heartbeat_path",
     "is_heartbeat_expired",
     "last_heartbeat_ms",
+    "require_startable",
 ]
 
 HEARTBEAT_FOLDER = ".hoodie/.heartbeat"
@@ -64,6 +67,25 @@ def is_heartbeat_expired(
     """Hudi's rule: no heartbeat for longer than ``interval_ms * tolerable_misses`` (or none at all)."""
     now = int(time.time() * 1000) if now_ms is None else now_ms
     return now - last_heartbeat_ms(storage, instant_time) > interval_ms * tolerable_misses
+
+
+def require_startable(
+    storage: Storage, inst: Instant, what: str, interval_ms: int, tolerable_misses: int
+) -> None:
+    """A requested table service may start; an inflight one is a live executor's (its heartbeat
+    is fresh) or a failed attempt to roll back first: ``InstantStateError`` either way."""
+    if inst.state is State.REQUESTED:
+        return
+    t = inst.requested_time
+    if not is_heartbeat_expired(storage, t, interval_ms=interval_ms, tolerable_misses=tolerable_misses):
+        raise InstantStateError(
+            f"{t}: {what} has a live heartbeat (last beat at {last_heartbeat_ms(storage, t)} ms since "
+            "the epoch); another executor is working on it"
+        )
+    raise InstantStateError(
+        f"{t}: {what} is inflight from a failed attempt; roll it back first "
+        f"(`hoodied rollback TABLE --instant {t}`, or run it through `hoodied execute`)"
+    )
 
 
 def delete_heartbeat(storage: Storage, instant_time: str) -> bool:

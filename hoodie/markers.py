@@ -112,6 +112,15 @@ class WriteMarkers:
         """Relative paths of the data files the markers name (optionally only some IO types)."""
         return sorted({m.data_path for m in self.markers() if m.io_type in io_types})
 
+    def reconcile(self, kept: set[str]) -> list[str]:
+        """Delete data files that have markers but are not in ``kept`` (the commit's write stats):
+        output of failed or duplicate task attempts (Hudi's ``finalizeWrite``). Returns them."""
+        removed = []
+        for marker in self.markers():
+            if marker.data_path not in kept and self.storage.delete(marker.data_path):
+                removed.append(marker.data_path)
+        return removed
+
     def delete_all(self) -> int:
         """Delete every file in the marker folder (done after the instant completes or is rolled back)."""
         count = 0
