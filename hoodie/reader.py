@@ -9,7 +9,8 @@ Owns the log-scanning rules of Hudi's log record reader and the streaming shape 
   (a service must not silently drop committed records). Skipped: data/delete blocks whose
   instant is not a committed write (inflight or rolled back), blocks named by a v6
   rollback command block, blocks a committed log compaction replaced (its
-  ``COMPACTED_BLOCK_TIMES``), and for time travel blocks whose instant is after ``as_of``.
+  ``COMPACTED_BLOCK_TIMES``; the compacted block merges where the newest of them was), and
+  for time travel blocks whose instant is after ``as_of``.
   CDC blocks carry no table data. Partial-update blocks are not supported
   (``UnsupportedTableError``).
 * Memory: the log records of the slice are reduced to one record per key
@@ -48,7 +49,14 @@ from hoodie.properties import TableConfig
 from hoodie.storage import Storage
 from hoodie.timeline import Timeline
 
-__all__ = ["read_file_slice", "read_log_records", "DEFAULT_BATCH_SIZE"]
+__all__ = [
+    "DEFAULT_BATCH_SIZE",
+    "merge_log_blocks",
+    "read_file_slice",
+    "read_log_records",
+    "resolve_compacted_blocks",
+    "scan_log_blocks",
+]
 
 log = logging.getLogger(__name__)
 
@@ -90,6 +98,71 @@ def read_file_slice(
     yield from _as_batches(merged.remaining_inserts(), schema, batch_size)
 
 
+def scan_log_blocks(
+    storage: Storage,
+    file_slice: FileSlice,
+    commits: CommitState,
+    *,
+    as_of: str | None = None,
+    skip_corrupt: bool = False,
+) -> list[LogBlock]:
+    """The data and delete blocks of a slice's log files that a read merges, in merging order.
+
+    Valid blocks (committed, not rolled back, not after ``as_of``) with log compaction
+    applied as Hudi's optimized scan (``BaseHoodieLogRecordReader.scanInternalV2``) does it.
+    """
+
+    def uncommitted(instant: str) -> bool:
+        return not commits.is_committed(instant)
+
+    blocks = [
+        b
+        for lf in file_slice.log_files
+        for b in read_log_blocks(storage, lf.path, skip_corrupt=skip_corrupt, ignorable=uncommitted)
+    ]
+    rolled_back = {b.target_instant_time for b in blocks if is_rollback_command(b) and b.target_instant_time}
+    return resolve_compacted_blocks([b for b in blocks if _is_valid(b, commits, rolled_back, as_of)])
+
+
+def resolve_compacted_blocks(valid: list[LogBlock]) -> list[LogBlock]:
+    """Replace the blocks a log compaction merged by its block(s), at the place of the newest one.
+
+    Hudi walks the instants backwards (first-seen order) mapping every instant named in a
+    block's ``COMPACTED_BLOCK_TIMES`` to the final compaction that holds it (compactions of
+    compactions chain); a compacted block is taken once, where the newest block it replaced
+    was, and never on its own. So a write that was not compacted and came before the log
+    compaction's file still merges after the older writes it follows.
+    """
+    order: list[str] = []
+    by_instant: dict[str, list[LogBlock]] = {}
+    for b in valid:
+        key = b.instant_time or ""
+        if key not in by_instant:
+            order.append(key)
+            by_instant[key] = []
+        by_instant[key].append(b)
+    if not any(b.compacted_block_times for b in valid):
+        return valid
+    final: dict[str, str] = {}
+    included: set[str] = set()
+    backwards: list[LogBlock] = []
+    for instant in reversed(order):
+        group = by_instant[instant]
+        times = group[0].compacted_block_times
+        if times:
+            into = final.get(instant, instant)
+            for t in times:
+                final[t] = into
+            continue
+        holder = final.get(instant)
+        if holder is None:
+            backwards.extend(reversed(group))
+        elif holder not in included:
+            included.add(holder)
+            backwards.extend(reversed(by_instant[holder]))
+    return backwards[::-1]
+
+
 def read_log_records(
     storage: Storage,
     file_slice: FileSlice,
@@ -101,22 +174,14 @@ def read_log_records(
     skip_corrupt: bool = False,
 ) -> MergedLogRecords:
     """The log records of a slice reduced to one record (or delete) per key."""
+    blocks = scan_log_blocks(storage, file_slice, commits, as_of=as_of, skip_corrupt=skip_corrupt)
+    return merge_log_blocks(blocks, spec, schema)
 
-    def uncommitted(instant: str) -> bool:
-        return not commits.is_committed(instant)
 
-    blocks = [
-        b
-        for lf in file_slice.log_files
-        for b in read_log_blocks(storage, lf.path, skip_corrupt=skip_corrupt, ignorable=uncommitted)
-    ]
-    rolled_back = {b.target_instant_time for b in blocks if is_rollback_command(b) and b.target_instant_time}
-    valid = [b for b in blocks if _is_valid(b, commits, rolled_back, as_of)]
-    compacted = {t for b in valid for t in b.compacted_block_times}
+def merge_log_blocks(blocks: list[LogBlock], spec: MergeSpec, schema: pa.Schema) -> MergedLogRecords:
+    """Data and delete blocks (in merging order, ``scan_log_blocks``) reduced to one record per key."""
     buffer = LogRecordBuffer(spec, schema)
-    for block in valid:
-        if block.instant_time in compacted:
-            continue
+    for block in blocks:
         if block.is_partial:
             raise UnsupportedTableError(f"{block.where}: partial-update log blocks are not supported")
         if block.block_type is BlockType.DELETE:

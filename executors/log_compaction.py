@@ -1,0 +1,370 @@
+"""Executing a log compaction: stitch each planned slice's log blocks into one new log file.
+
+Runs any pending ``logcompaction`` of a merge-on-read table (table versions 8 and 9), whoever
+requested it (``planners.log_compaction`` or Apache Hudi). One Spark job per instant
+(``executors.engine``), one task per operation, and in each task, as Hudi's
+``LogCompactionExecutionHelper`` with ``HoodieAppendHandle`` does it:
+
+1. the plan's log files of the slice (never the base file) are scanned as a reader would
+   (``hoodie.reader.scan_log_blocks``: committed blocks as the driver saw the timeline, rolled
+   back blocks dropped, earlier log compactions applied) and merged with the table's merge
+   semantics into one record or delete per key;
+2. the marker ``.hoodie/.temp/<T>/<partition>/<log file>.marker.APPEND`` is created, then the
+   log file ``.<fileId>_<T>.log.1_<writeToken>`` is written (write-once) with an Avro data block
+   of the surviving records (meta fields as they were: commit time and sequence number are
+   preserved, ``_hoodie_file_name`` is the file id as Hudi's append handle sets it) followed by
+   a delete block (version 3) of the surviving deletes. Both blocks carry ``INSTANT_TIME`` =
+   ``T``, ``SCHEMA`` (the table schema with meta fields) and ``COMPACTED_BLOCK_TIMES``: the
+   instants of the merged blocks, comma-joined, newest first (the order of Hudi's
+   ``getValidBlockInstants``; an earlier log compaction appears by its own instant);
+3. the task returns its ``HoodieDeltaWriteStat`` fields as one Arrow row.
+
+The driver, under the table lock, deletes files that have markers but are not in the write
+stats (failed or duplicate task attempts), checks it still holds the lock and completes the
+instant as ``<T>_<completion>.deltacommit`` with ``HoodieCommitMetadata``: ``operationType``
+``LOG_COMPACT``, ``compacted`` true, one write stat per new log file and
+``extraMetadata.schema``. The write stats have the shape Hudi 1.x's append handle gives a
+new log file in table versions 8 and 9 (as in the delta commits of the v8 fixture):
+``prevCommit`` = the log file's own instant ``T``, ``baseFile`` "", ``logFiles`` = [the new
+file], ``logVersion`` 1, ``logOffset`` 0, ``numUpdateWrites`` = ``numWrites`` = records written
+(log compaction counts every record as an update), ``numInserts`` 0, ``numDeletes`` = deletes
+written. Markers and the heartbeat go afterwards.
+
+An inflight log compaction is a failed attempt (or a live one, by its heartbeat): refused
+here, rolled back by ``service.cli_services.rollback_failed_attempt`` (markers name the log
+files to delete), then re-executed from the plan. Tables with a metadata table are refused.
+
+Test hook (``hoodie.crashpoints``): ``requested``, ``inflight``, ``written`` (all tasks done,
+nothing committed) on the driver, ``task:<k>`` in the task of operation ``k`` after its marker.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+from pyspark.sql import SparkSession
+
+from executors.compaction import prepare_job as prepare_compaction_job
+from executors.engine import Progress, run_operations
+from hoodie import _writer_support as ws
+from hoodie.basefile import FILE_NAME, repeat_string
+from hoodie.crashpoints import crash_point
+from hoodie.errors import HoodieFormatError, InstantStateError, UnsupportedTableError
+from hoodie.filenames import LogFileName
+from hoodie.fsview import CommitState, FileSlice
+from hoodie.heartbeat import (
+    DEFAULT_INTERVAL_MS,
+    DEFAULT_TOLERABLE_MISSES,
+    Heartbeat,
+    require_startable,
+)
+from hoodie.instant import Action, Instant, State
+from hoodie.locks import TableLock
+from hoodie.log_compaction import (
+    LOG_COMPACTION_COMPACTOR,
+    LOG_COMPACTION_OPERATION,
+    require_log_compaction_supported,
+)
+from hoodie.logfile import (
+    BlockType,
+    DeleteRecord,
+    HeaderKey,
+    encode_avro_data_block,
+    encode_block,
+    encode_delete_block,
+    write_log_file,
+)
+from hoodie.markers import IOType, WriteMarkers
+from hoodie.merge import MergedLogRecords, MergeSpec
+from hoodie.plans import CompactionPlan
+from hoodie.properties import TableConfig
+from hoodie.reader import merge_log_blocks, scan_log_blocks
+from hoodie.storage import Storage
+from hoodie.timeline import Timeline
+from hoodie.timeline_writer import TimelineWriter
+from hoodie.truetime import TimeSettings
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "STATS_SCHEMA",
+    "LogCompactionJob",
+    "LogCompactionResult",
+    "execute_log_compaction",
+    "log_compact_operation",
+]
+
+_COUNTS = ("num_writes", "num_deletes", "file_size", "blocks_merged", "upsert_ms")
+
+#: One row per operation, returned by the tasks (``log_files`` as a JSON list).
+STATS_SCHEMA = pa.schema(
+    [
+        ("op", pa.int64()),
+        ("partition", pa.string()),
+        ("file_id", pa.string()),
+        ("path", pa.string()),
+        ("prev_commit", pa.string()),
+        ("base_file", pa.string()),
+        ("log_files", pa.string()),
+        ("compacted_block_times", pa.string()),
+        *[(name, pa.int64()) for name in _COUNTS],
+    ]
+)
+
+# Hudi's ordering-value wrapper for an Arrow type (DeleteRecord.orderingVal of a merged delete).
+_WRAPPERS = {
+    pa.int8(): "IntWrapper", pa.int16(): "IntWrapper", pa.int32(): "IntWrapper",
+    pa.int64(): "LongWrapper", pa.float32(): "FloatWrapper", pa.float64(): "DoubleWrapper",
+    pa.string(): "StringWrapper", pa.large_string(): "StringWrapper", pa.bool_(): "BooleanWrapper",
+    pa.binary(): "BytesWrapper", pa.date32(): "DateWrapper",
+}
+
+
+# ---------------------------------------------------------------------------- the job (runs in tasks)
+
+
+@dataclass(frozen=True)
+class LogCompactionJob:
+    """Everything a task needs, pickled to the Spark workers; called as ``job(index, write_token)``."""
+
+    storage: Storage
+    config: TableConfig
+    timeline: Timeline
+    instant_time: str
+    schema: pa.Schema
+    log_schema: str
+    slices: tuple[FileSlice, ...]
+    """Per operation: the slice with the plan's log files only (``base_file`` None)."""
+
+    def __call__(self, index: int, write_token: str) -> pa.RecordBatch:
+        return log_compact_operation(self, index, write_token)
+
+
+def _compacted_block_times(blocks: list[Any]) -> list[str]:
+    """The instants of the merged blocks, newest first, each once (Hudi's ``validBlockInstants``)."""
+    out: list[str] = []
+    for block in reversed(blocks):
+        t = block.instant_time or ""
+        if t not in out:
+            out.append(t)
+    return out
+
+
+def _delete_records(merged: MergedLogRecords, partition: str) -> list[DeleteRecord]:
+    """The surviving deletes, with the ordering value a reader needs to merge them the same way."""
+    rows = [int(i) for i in np.flatnonzero(merged.is_delete)]
+    if not rows:
+        return []
+    keys = merged.keys.take(pa.array(rows, pa.int64())).to_pylist()
+    ordering = [col.take(pa.array(rows, pa.int64())) for col in merged.ordering]
+    values = [col.to_pylist() for col in ordering]
+    out = []
+    for j, key in enumerate(keys):
+        if merged.natural[rows[j]] or not ordering:
+            out.append(DeleteRecord(key, partition, 0, "IntWrapper"))  # commit-time delete, as SQL writes it
+            continue
+        if len(ordering) == 1:
+            value = values[0][j]
+            kind = None if value is None else _WRAPPERS.get(ordering[0].type)
+            out.append(DeleteRecord(key, partition, value, kind))
+        else:
+            out.append(DeleteRecord(key, partition, tuple(v[j] for v in values), "ArrayWrapper"))
+    return out
+
+
+def log_compact_operation(job: LogCompactionJob, index: int, write_token: str) -> pa.RecordBatch:
+    """Merge the log blocks of operation ``index`` into one new log file; its write stat as one row."""
+    s = job.slices[index]
+    started = time.monotonic()
+    commits = CommitState(job.timeline, job.config)
+    blocks = scan_log_blocks(job.storage, s, commits)
+    times = _compacted_block_times(blocks)
+    merged = merge_log_blocks(blocks, MergeSpec.for_table(job.config), job.schema)
+    live = merged.data_index[~merged.is_delete]  # rows of merged.records that survive
+    records = merged.records.take(pa.array(live, pa.int64()))
+    if records.num_rows:  # Hudi's append handle names the file group, not the file
+        col = records.schema.get_field_index(FILE_NAME)
+        records = records.set_column(col, records.schema.field(FILE_NAME),
+                                     repeat_string(s.file_id, records.num_rows))
+    deletes = _delete_records(merged, s.partition)
+    name = LogFileName(s.file_id, job.instant_time, 1, write_token).format()
+    path = f"{s.partition}/{name}" if s.partition else name
+    header = {
+        HeaderKey.INSTANT_TIME: job.instant_time,
+        HeaderKey.SCHEMA: job.log_schema,
+        HeaderKey.COMPACTED_BLOCK_TIMES: ",".join(times),
+    }
+    encoded = []
+    if records.num_rows:
+        content = encode_avro_data_block(records, job.log_schema)
+        encoded.append(encode_block(BlockType.AVRO_DATA, header, content))
+    if deletes:
+        encoded.append(encode_block(BlockType.DELETE, header, encode_delete_block(deletes)))
+    row: dict[str, Any] = {
+        "op": index, "partition": s.partition, "file_id": s.file_id, "path": None,
+        "prev_commit": job.instant_time, "base_file": "", "log_files": "[]",
+        "compacted_block_times": ",".join(times), "num_writes": records.num_rows,
+        "num_deletes": len(deletes), "file_size": 0, "blocks_merged": len(blocks), "upsert_ms": 0,
+    }
+    if encoded:  # nothing left to write when every block was rolled back since planning
+        WriteMarkers(job.storage, job.instant_time).create(s.partition, name, IOType.APPEND)
+        crash_point(f"task:{index}")
+        row["file_size"] = write_log_file(job.storage, path, encoded)
+        row["path"] = path
+        row["log_files"] = json.dumps([name])
+    row["upsert_ms"] = int((time.monotonic() - started) * 1000)
+    return pa.RecordBatch.from_pylist([row], schema=STATS_SCHEMA)
+
+
+# ---------------------------------------------------------------------------- the driver
+
+
+@dataclass(slots=True)
+class LogCompactionResult:
+    """What one run of ``execute_log_compaction`` did."""
+
+    instant: Instant
+    write_stats: list[dict[str, Any]] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+    """Files of failed or duplicate task attempts removed before the commit (markers reconciliation)."""
+    blocks_merged: int = 0
+    was_completed: bool = False
+    seconds: float = 0.0
+
+    @property
+    def bytes_written(self) -> int:
+        return sum(int(s.get("fileSizeInBytes") or 0) for s in self.write_stats)
+
+    def summary(self) -> str:
+        t = self.instant.requested_time
+        if self.was_completed:
+            return f"{t} logcompaction: already completed, nothing to do"
+        rows = sum(int(s.get("numWrites") or 0) for s in self.write_stats)
+        deletes = sum(int(s.get("numDeletes") or 0) for s in self.write_stats)
+        done = f"completed at {self.instant.completion_time}" if self.instant.completion_time else "completed"
+        return (
+            f"{t} logcompaction: {len(self.write_stats)} file groups, {self.blocks_merged} log blocks "
+            f"merged into {rows} records and {deletes} deletes, {self.bytes_written / 1024 / 1024:.1f} MB "
+            f"written in {self.seconds:.1f} s; {done}"
+        )
+
+
+def _prepare(
+    storage: Storage, config: TableConfig, timeline: Timeline, inst: Instant, plan: CompactionPlan
+) -> tuple[LogCompactionJob, str | None]:
+    where = timeline.state_files(inst).get(State.REQUESTED) or timeline.state_file(inst)
+    # The compaction executor's checks (plan version, operations, files, schema) apply as they are.
+    base, table_schema = prepare_compaction_job(storage, config, timeline, inst, plan)
+    slices: list[FileSlice] = []
+    for op, s in zip(plan.operations, base.slices, strict=True):
+        if not s.log_files:
+            raise HoodieFormatError(f"{where}: operation for file group {op.file_id} names no log files")
+        slices.append(FileSlice(s.partition, s.file_id, s.base_instant, None, list(s.log_files)))
+    job = LogCompactionJob(storage, config, timeline, inst.requested_time, base.schema, base.footer_schema,
+                           tuple(slices))
+    return job, table_schema
+
+
+def _write_stat(row: dict[str, Any]) -> dict[str, Any]:
+    """A ``HoodieDeltaWriteStat`` of one new log file, with the fields Hudi's append handle fills."""
+    stat = ws.write_stat(
+        file_id=row["file_id"], path=row["path"], partition_path=row["partition"],
+        prev_commit=row["prev_commit"], num_writes=row["num_writes"], num_updates=row["num_writes"],
+        num_deletes=row["num_deletes"], file_size=row["file_size"], log_version=1,
+        base_file=row["base_file"] or "", log_files=json.loads(row["log_files"]),
+    )
+    stat["runtimeStats"] = {"totalScanTime": 0, "totalUpsertTime": row["upsert_ms"], "totalCreateTime": 0}
+    return stat
+
+
+def execute_log_compaction(
+    storage: Storage,
+    config: TableConfig,
+    lock: TableLock,
+    instant_time: str,
+    session: SparkSession,
+    *,
+    time_settings: TimeSettings | None = None,
+    heartbeat_interval_ms: int = DEFAULT_INTERVAL_MS,
+    tolerable_misses: int = DEFAULT_TOLERABLE_MISSES,
+    progress: Progress | None = None,
+) -> LogCompactionResult:
+    """Run the requested log compaction ``instant_time`` on ``session`` and complete it (takes ``lock``).
+
+    Raises ``InstantStateError`` when there is no such log compaction or it is inflight (a live
+    executor, or a failed attempt to roll back first), ``HoodieFormatError`` for a plan that
+    cannot be executed (a missing or foreign file) and ``UnsupportedTableError`` for tables
+    hoodied cannot log-compact; in all these cases nothing was changed. A failing Spark job
+    leaves the instant inflight without a heartbeat: a failed attempt.
+    """
+    require_log_compaction_supported(storage, config)
+    started = time.monotonic()
+    writer = TimelineWriter(storage, config, lock, time_settings=time_settings)
+    heartbeat = Heartbeat(storage, instant_time, interval_ms=heartbeat_interval_ms)
+    with lock:
+        timeline = Timeline.load(storage, config)
+        inst = timeline.get(instant_time)
+        if inst is None or inst.action is not Action.LOG_COMPACTION:
+            raise InstantStateError(
+                f"{storage.base_uri}: no log compaction instant {instant_time} on the active timeline"
+            )
+        if inst.is_completed:
+            WriteMarkers(storage, instant_time).delete_all()  # left by a crash right after completing
+            return LogCompactionResult(inst, was_completed=True)
+        require_startable(storage, inst, "log compaction", heartbeat_interval_ms, tolerable_misses)
+        plan = timeline.plan(inst)
+        if not isinstance(plan, CompactionPlan):
+            where = timeline.state_file(inst, State.REQUESTED)
+            raise HoodieFormatError(f"{where}: log compaction plan is empty")
+        if plan.compactor_class_name not in (None, "", LOG_COMPACTION_COMPACTOR):
+            raise UnsupportedTableError(
+                f"{timeline.state_file(inst, State.REQUESTED)}: plan names compactor "
+                f"{plan.compactor_class_name}, not {LOG_COMPACTION_COMPACTOR}"
+            )
+        job, table_schema = _prepare(storage, config, timeline, inst, plan)
+        heartbeat.start()
+        try:
+            crash_point("requested")
+            writer.transition_to_inflight(instant_time, Action.LOG_COMPACTION)
+        except BaseException:
+            heartbeat.stop(delete=True)
+            raise
+    try:
+        crash_point("inflight")
+        rows = run_operations(session, len(job.slices), job, STATS_SCHEMA, progress=progress,
+                              description=f"log compaction {instant_time} of {storage.base_uri}").to_pylist()
+        crash_point("written")
+        if len({r["op"] for r in rows}) != len(job.slices):
+            raise InstantStateError(
+                f"{instant_time}: {len(rows)} task results for {len(job.slices)} operations"
+            )
+        result = LogCompactionResult(inst)
+        by_partition: dict[str, list[dict[str, Any]]] = {}
+        for row in sorted(rows, key=lambda r: r["op"]):
+            result.blocks_merged += row["blocks_merged"]
+            if row["path"] is None:
+                continue
+            stat = _write_stat(row)
+            result.write_stats.append(stat)
+            by_partition.setdefault(row["partition"], []).append(stat)
+        metadata = ws.commit_metadata(by_partition, LOG_COMPACTION_OPERATION, table_schema, compacted=True)
+        with lock:
+            written = {s["path"] for s in result.write_stats}
+            result.removed = WriteMarkers(storage, instant_time).reconcile(written)
+            lock.ensure_held()
+            result.instant = writer.complete(
+                instant_time, Action.LOG_COMPACTION, ws.encode_commit_metadata(metadata, config.version)
+            )
+        WriteMarkers(storage, instant_time).delete_all()
+    finally:
+        heartbeat.stop(delete=True)
+    result.seconds = time.monotonic() - started
+    log.info("%s", result.summary())
+    return result
+
