@@ -99,6 +99,20 @@ class ClusteringPlanResult:
     instant_time: str
     skipped_pending: list[tuple[str, str]] = field(default_factory=list)
 
+    def summary(self) -> str:
+        """One line: what the plan clusters, or why there is no plan."""
+        pending = f"; {len(self.skipped_pending)} file groups skipped (pending services)" \
+            if self.skipped_pending else ""
+        if self.plan is None:
+            return f"nothing to cluster: {self.reason}{pending}"
+        groups = self.plan["clusteringPlan"]["inputGroups"]
+        slices = [s for g in groups for s in g["slices"]]
+        parts = len({s["partitionPath"] for s in slices})
+        outputs = sum(int(g["numOutputFileGroups"]) for g in groups)
+        read_mb = sum(g["metrics"]["TOTAL_IO_READ_MB"] for g in groups)
+        return (f"{len(groups)} clustering groups: {len(slices)} file groups in {parts} partitions "
+                f"({read_mb:.0f} MB) into {outputs} new file groups{pending}")
+
 
 def _full(base_uri: str, rel: str) -> str:
     return f"{base_uri.rstrip('/')}/{rel}"

@@ -236,15 +236,16 @@ def _register_service_commands() -> None:
 
     for command in [*COMMANDS, *DAEMON_COMMANDS]:
         cli.add_command(command)
-    _register_compaction()
+    _register_spark_schedules()
 
 
-def _register_compaction() -> None:
-    """``schedule compaction`` (its module imports the executors, hence Spark: kept apart)."""
+def _register_spark_schedules() -> None:
+    """``schedule compaction|log-compaction|clustering`` (their module reaches the executors: kept apart)."""
     from service.cli_services import schedule
-    from service.compaction import schedule_compaction_command
+    from service.compaction import SCHEDULE_COMMANDS
 
-    schedule.add_command(schedule_compaction_command)
+    for command in SCHEDULE_COMMANDS:
+        schedule.add_command(command)
 
 
 _register_service_commands()

@@ -17,7 +17,8 @@ pending clean blocks a new plan, so concurrent schedulers produce exactly one.
 requested them (a plan written by Apache Hudi included): all of them, oldest first, or the
 one given. Other pending actions are listed as having no executor yet and left untouched; a
 clean whose heartbeat is alive belongs to another executor and is skipped. Pending
-compactions run on Spark (``--spark``, ``--spark-conf``; ``service.compaction``).
+compactions, log compactions and clusterings run on Spark (``--spark``, ``--spark-conf``;
+``service.spark_jobs``), a failed attempt rolled back first.
 
 The lock options are shared by every command that writes the timeline: ``--lock local``
 (a file lock under ``.hoodie/.locks``, one host) or ``--lock redis://HOST:PORT/DB``.
@@ -27,7 +28,6 @@ to be serialized with theirs.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -55,6 +55,7 @@ from hoodie.timeline_writer import TimelineWriter
 from hoodie.truetime import TimeSettings
 from planners.clean import CleanPlanResult, CleanPolicy, CleanSettings, plan_clean
 from planners.rollback import is_table_service, pending_rollback_for, schedule_rollback
+from service.config import service_of
 from service.locks import lock_from_option
 
 __all__ = [
@@ -66,6 +67,7 @@ __all__ = [
     "rollback",
     "rollback_failed_attempt",
     "schedule",
+    "schedule_and_report",
     "schedule_clean",
 ]
 
@@ -174,14 +176,15 @@ def execute_pending(
     heartbeat_interval_ms: int = DEFAULT_INTERVAL_MS,
     tolerable_misses: int = DEFAULT_TOLERABLE_MISSES,
     force: bool = False,
-    runners: Mapping[Action, Callable[[Instant], ExecuteOutcome]] | None = None,
+    runners: Mapping[str, Callable[[Instant, str], ExecuteOutcome]] | None = None,
 ) -> list[ExecuteOutcome]:
     """Run pending cleans (all, oldest first, or ``instant_time``); report every other pending instant.
 
     With ``instant_time``: a completed clean is reported as such, a pending instant of
     another action raises ``UnsupportedTableError`` (no executor yet; left untouched) and a
     clean owned by a live executor raises ``InstantStateError``. ``runners`` execute pending
-    instants of other actions (compaction: ``service.compaction.CompactionRunner``).
+    instants of other services, by service name (``service.config.service_of``; the Spark
+    services: ``service.spark_jobs.SparkRunner``), called with the instant and its service.
     """
     runners = runners or {}
     config = load_table_config(storage)
@@ -191,7 +194,7 @@ def execute_pending(
         inst = timeline.get(instant_time)
         if inst is None:
             raise InstantStateError(f"{storage.base_uri}: no instant {instant_time} on the active timeline")
-        if inst.action is not Action.CLEAN and inst.action not in runners:
+        if inst.action is not Action.CLEAN and service_of(timeline, inst) not in runners:
             if inst.is_completed:
                 raise InstantStateError(
                     f"{instant_time}: {inst.action.value} is completed, nothing to execute"
@@ -202,13 +205,14 @@ def execute_pending(
         targets = timeline.pending()  # sorted by requested time
     outcomes: list[ExecuteOutcome] = []
     for inst in targets:
-        runner = runners.get(inst.action)
+        service = service_of(timeline, inst)
+        runner = runners.get(service) if service is not None else None
         if inst.action is not Action.CLEAN and runner is None:
             outcomes.append(ExecuteOutcome(inst, "no-executor", _no_executor(timeline, inst)))
             continue
         try:
-            if runner is not None:
-                outcomes.append(runner(inst))
+            if runner is not None and service is not None:
+                outcomes.append(runner(inst, service))
                 continue
             result = execute_clean(
                 storage, config, lock, inst.requested_time, time_settings=time_settings,
@@ -328,17 +332,35 @@ def schedule_clean_command(table: str, policy: str, retained: int | None, dry_ru
             CleanPolicy.KEEP_LATEST_BY_HOURS: {"hours_retained": retained},
         }[chosen]
     settings = CleanSettings(policy=chosen, **kw)  # type: ignore[arg-type]
+    schedule_and_report("clean", schedule_clean, settings, table, dry_run, lock_option, lock_wait_ms,
+                        lock_retries, clock_skew_ms)
+
+
+def schedule_and_report(
+    label: str,
+    scheduler: Callable[..., tuple[Instant | None, Any]],
+    settings: Any,
+    table: str,
+    dry_run: bool,
+    lock_option: str,
+    lock_wait_ms: int,
+    lock_retries: int,
+    clock_skew_ms: int,
+) -> None:
+    """Run a ``schedule`` command: ``scheduler(storage, lock, settings, *, dry_run, time_settings)``
+    under the ``--lock`` options, then print the new instant and the plan's summary (a dry run:
+    the summary; nothing due: why)."""
     storage = storage_for(table)
-    lock_settings = LockSettings(wait_ms=lock_wait_ms, retries=lock_retries)
-    lock, factory = lock_from_option(lock_option, storage, lock_settings)
+    lock, factory = lock_from_option(lock_option, storage, LockSettings(wait_ms=lock_wait_ms,
+                                                                         retries=lock_retries))
     try:
-        instant, result = schedule_clean(storage, lock, settings, dry_run=dry_run,
-                                         time_settings=TimeSettings(max_expected_clock_skew_ms=clock_skew_ms))
+        instant, result = scheduler(storage, lock, settings, dry_run=dry_run,
+                                    time_settings=TimeSettings(max_expected_clock_skew_ms=clock_skew_ms))
     finally:
         if factory is not None:
             factory.close()
     if instant is not None:
-        click.echo(f"{instant.requested_time} clean requested: {result.summary()}")
+        click.echo(f"{instant.requested_time} {label} requested: {result.summary()}")
     elif result.plan is not None:
         click.echo(f"dry run: {result.summary()}")
     else:
@@ -355,14 +377,18 @@ def schedule_clean_command(table: str, policy: str, retained: int | None, dry_ru
 @click.option("--force", is_flag=True,
               help="Run a clean even when its heartbeat says another executor is alive.")
 @click.option("--spark", "spark_master", default="local", show_default=True,
-              help="Spark for compactions: local, local[N] or sc://HOST:PORT (Spark Connect).")
+              help="Spark for compactions, log compactions and clusterings: local, local[N] or "
+                   "sc://HOST:PORT (Spark Connect).")
 @click.option("--spark-conf", multiple=True, metavar="KEY=VALUE", help="A Spark setting, repeatable.")
 @lock_options
 def execute(table: str, instant_time: str | None, parallelism: int, heartbeat_interval_ms: int, force: bool,
             spark_master: str, spark_conf: tuple[str, ...],
             lock_option: str, lock_wait_ms: int, lock_retries: int, clock_skew_ms: int) -> None:
-    """Run pending cleans and compactions of TABLE (whoever planned them), oldest first; list the rest."""
-    from service.compaction import CompactionRunner, parse_key_values  # service.compaction imports us
+    """Run pending cleans, compactions, log compactions and clusterings of TABLE (whoever planned
+    them), oldest first; list the rest."""
+    # service.compaction and service.spark_jobs import this module
+    from service.compaction import parse_key_values, terminal_progress
+    from service.spark_jobs import SPARK_SERVICES, SparkRunner
 
     if instant_time is not None:
         require_instant_time(instant_time)
@@ -371,19 +397,19 @@ def execute(table: str, instant_time: str | None, parallelism: int, heartbeat_in
     settings = LockSettings(wait_ms=lock_wait_ms, retries=lock_retries)
     lock, factory = lock_from_option(lock_option, storage, settings)
     times = TimeSettings(max_expected_clock_skew_ms=clock_skew_ms)
-    # Spark starts only when a compaction is pending
-    compaction = CompactionRunner(
+    # Spark starts only when a Spark service is pending
+    spark = SparkRunner(
         storage, lock, spark=spark_master, spark_conf=spark_settings, time_settings=times,
-        heartbeat_interval_ms=heartbeat_interval_ms, force=force, show_progress=sys.stderr.isatty(),
+        heartbeat_interval_ms=heartbeat_interval_ms, force=force, progress=terminal_progress,
     )
     try:
         outcomes = execute_pending(
             storage, lock, instant_time, time_settings=times,
             parallelism=parallelism, heartbeat_interval_ms=heartbeat_interval_ms, force=force,
-            runners={Action.COMPACTION: compaction},
+            runners={name: spark for name, spec in SPARK_SERVICES.items() if spec.available()},
         )
     finally:
-        compaction.close()
+        spark.close()
         if factory is not None:
             factory.close()
     if not outcomes:

@@ -27,6 +27,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -36,12 +37,15 @@ from pydantic_settings import BaseSettings, EnvSettingsSource, SettingsConfigDic
 from pydantic_settings.exceptions import SettingsError
 
 from hoodie.errors import HoodieServiceError
-from hoodie.instant import Action
+from hoodie.instant import Action, Instant
 from hoodie.locks import LockSettings
+from hoodie.timeline import Timeline
 from planners.clean import CleanPolicy, CleanSettings
+from planners.clustering import ClusteringSettings
 from planners.compaction import CompactionStrategy
 
 __all__ = [
+    "CLUSTERING_OPTION_KEYS",
     "SERVICE_ACTIONS",
     "CleanService",
     "ClusteringService",
@@ -51,11 +55,13 @@ __all__ = [
     "DiscoverRoot",
     "HttpConfig",
     "LockConfig",
+    "LogCompactionService",
     "Policy",
     "ServiceName",
     "TableEntry",
     "load_config",
     "read_yaml",
+    "service_of",
 ]
 
 ServiceName = Literal["clean", "compaction", "log_compaction", "clustering", "indexing"]
@@ -68,6 +74,13 @@ SERVICE_ACTIONS: dict[str, Action] = {
     "clustering": Action.CLUSTERING,
     "indexing": Action.INDEXING,
 }
+
+
+def service_of(timeline: Timeline, instant: Instant) -> str | None:
+    """The service of a pending instant (a v6 clustering is a replacecommit), or ``None``."""
+    if instant.action is Action.REPLACE_COMMIT:
+        return "clustering" if timeline.is_clustering(instant) else None
+    return next((s for s, a in SERVICE_ACTIONS.items() if a is instant.action), None)
 
 
 class ConfigError(HoodieServiceError):
@@ -143,26 +156,107 @@ class CompactionService(_Frozen):
 
 
 class LogCompactionService(_Frozen):
-    """Log compaction (Hudi's ``hoodie.log.compaction.*``); off by default as in Hudi."""
+    """Log compaction (Hudi's ``hoodie.log.compaction.*``); planning is off by default as in Hudi
+    (``hoodie.log.compaction.enable`` false)."""
 
     enabled: bool = True
     """Execute pending log compactions, whoever planned them."""
     schedule: bool = False
-    """Plan new log compactions."""
-    blocks_threshold: int = Field(5, ge=1)
+    """Plan new log compactions (``hoodie.log.compaction.enable``)."""
+    blocks_threshold: int = Field(5, ge=2)
     """Log blocks in a file slice before it is log-compacted (``hoodie.log.compaction.blocks.threshold``)."""
+
+    def options(self) -> dict[str, str]:
+        """The planner's settings as Hudi option keys (``LogCompactionSettings.from_options``)."""
+        return {
+            "hoodie.log.compaction.enable": "true" if self.schedule else "false",
+            "hoodie.log.compaction.blocks.threshold": str(self.blocks_threshold),
+        }
+
+
+_CLUSTERING = ClusteringSettings()
+
+#: ClusteringService field -> Hudi option key of the clustering plan strategy.
+CLUSTERING_OPTION_KEYS: dict[str, str] = {
+    "small_file_limit": "hoodie.clustering.plan.strategy.small.file.limit",
+    "max_bytes_per_group": "hoodie.clustering.plan.strategy.max.bytes.per.group",
+    "target_file_max_bytes": "hoodie.clustering.plan.strategy.target.file.max.bytes",
+    "max_num_groups": "hoodie.clustering.plan.strategy.max.num.groups",
+    "sort_columns": "hoodie.clustering.plan.strategy.sort.columns",
+    "single_group_clustering": "hoodie.clustering.plan.strategy.single.group.clustering.enabled",
+}
 
 
 class ClusteringService(_Frozen):
-    """Clustering (Hudi's ``hoodie.clustering.*``); planning is off by default as in Hudi."""
+    """Clustering (Hudi's ``hoodie.clustering.*``); planning is off by default as in Hudi
+    (``hoodie.clustering.async.enabled`` false)."""
 
     enabled: bool = True
     """Execute pending clusterings, whoever planned them."""
     schedule: bool = False
-    """Plan new clusterings."""
+    """Plan new clusterings (``hoodie.clustering.async.enabled``)."""
     trigger_commits: int = Field(4, ge=1)
-    """Commits since the last clustering before a new one is planned
+    """Completed commits since the last clustering before a new one is planned
     (``hoodie.clustering.async.max.commits``)."""
+    small_file_limit: int = Field(_CLUSTERING.small_file_limit, ge=1)
+    """Base files smaller than this many bytes are clustered
+    (``hoodie.clustering.plan.strategy.small.file.limit``)."""
+    max_bytes_per_group: int = Field(_CLUSTERING.max_bytes_per_group, ge=1)
+    """Bytes of input file slices in one clustering group
+    (``hoodie.clustering.plan.strategy.max.bytes.per.group``)."""
+    target_file_max_bytes: int = Field(_CLUSTERING.target_file_max_bytes, ge=1)
+    """Size of the files a group writes (``hoodie.clustering.plan.strategy.target.file.max.bytes``)."""
+    max_num_groups: int = Field(_CLUSTERING.max_num_groups, ge=1)
+    """Clustering groups in one plan (``hoodie.clustering.plan.strategy.max.num.groups``)."""
+    sort_columns: tuple[str, ...] = _CLUSTERING.sort_columns
+    """Columns the rewritten files are sorted by (``hoodie.clustering.plan.strategy.sort.columns``)."""
+    single_group_clustering: bool = _CLUSTERING.single_group_clustering
+    """Plan a group of a single file slice without log files
+    (``hoodie.clustering.plan.strategy.single.group.clustering.enabled``)."""
+
+    @field_validator("sort_columns", mode="before")
+    @classmethod
+    def _columns(cls, v: Any) -> Any:
+        if isinstance(v, str):  # Hudi's form: "a,b"
+            return tuple(c.strip() for c in v.split(",") if c.strip())
+        return v
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, str]) -> ClusteringService:
+        """Hudi's defaults with the plan-strategy options given by Hudi key.
+
+        An unknown key or a bad value raises ``ValueError`` naming it.
+        """
+        fields = {key: name for name, key in CLUSTERING_OPTION_KEYS.items()}
+        values: dict[str, Any] = {}
+        for key, raw in options.items():
+            name = fields.get(key)
+            if name is None:
+                known = ", ".join(sorted(fields))
+                raise ValueError(f"{key}: not a clustering plan option (known: {known})")
+            values[name] = raw
+        try:
+            return cls.model_validate(values)
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            key = CLUSTERING_OPTION_KEYS.get(str(err["loc"][0]), str(err["loc"][0])) if err["loc"] else "?"
+            raise ValueError(f"{key}={values.get(str(err['loc'][0]), '')}: {err['msg']}") from None
+
+    def options(self) -> dict[str, str]:
+        """The plan-strategy settings as Hudi option keys."""
+        out = {}
+        for name, key in CLUSTERING_OPTION_KEYS.items():
+            value = getattr(self, name)
+            if isinstance(value, bool):
+                value = str(value).lower()
+            elif isinstance(value, tuple):
+                value = ",".join(value)
+            out[key] = str(value)
+        return out
+
+    def settings(self) -> ClusteringSettings:
+        """The planner's settings."""
+        return replace(_CLUSTERING, **{name: getattr(self, name) for name in CLUSTERING_OPTION_KEYS})
 
 
 class IndexingService(_Frozen):

@@ -27,12 +27,11 @@ instant (``None`` when nothing is due after all).
 
 from __future__ import annotations
 
+import importlib.util
 import threading
 from collections.abc import Callable
-from contextlib import ExitStack
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
 
 from executors.clean import execute_clean
 from hoodie.instant import WRITE_ACTIONS, Action, Instant
@@ -42,11 +41,11 @@ from hoodie.storage import Storage
 from hoodie.timeline import Timeline, datetime_to_instant_time
 from hoodie.truetime import TimeSettings
 from planners.compaction import CompactionSettings, needs_compaction
-from service.config import SERVICE_ACTIONS, CompactionService, DaemonConfig, Policy, SparkConfig
+from service.config import SERVICE_ACTIONS, CompactionService, DaemonConfig, Policy, service_of
+from service.spark_jobs import SPARK_SERVICES, run_spark_service, spark_engine
 
 __all__ = [
     "ExecutorSpec",
-    "SparkEngine",
     "JobContext",
     "PlanContext",
     "PlanOutcome",
@@ -55,8 +54,6 @@ __all__ = [
     "default_registry",
     "register_executor",
     "register_planner",
-    "service_of",
-    "spark_engine",
 ]
 
 
@@ -157,13 +154,6 @@ def default_registry() -> Registry:
     return _DEFAULT
 
 
-def service_of(timeline: Timeline, instant: Instant) -> str | None:
-    """The service of a pending instant (a v6 clustering is a replacecommit), or ``None``."""
-    if instant.action is Action.REPLACE_COMMIT:
-        return "clustering" if timeline.is_clustering(instant) else None
-    return next((s for s, a in SERVICE_ACTIONS.items() if a is instant.action), None)
-
-
 # ---------------------------------------------------------------------------- clean
 
 
@@ -177,16 +167,21 @@ def _run_clean(ctx: JobContext) -> str:
     return result.summary()
 
 
+def _completed_writes_after(timeline: Timeline, last: Instant | None) -> int:
+    """Completed instants of Hudi's commits timeline requested after ``last`` (all without one)."""
+    since = last.requested_time if last is not None else ""
+    return sum(
+        1 for i in timeline.instants
+        if i.is_completed and i.action in WRITE_ACTIONS and i.requested_time > since
+    )
+
+
 def clean_due(timeline: Timeline, policy: Policy) -> str | None:
     """``hoodie.clean.max.commits``: enough completed writes since the last completed clean."""
     if timeline.pending((Action.CLEAN,)):
         return None
     last = timeline.latest_completed((Action.CLEAN,))
-    since = last.requested_time if last is not None else ""
-    writes = sum(
-        1 for i in timeline.instants
-        if i.is_completed and i.action in WRITE_ACTIONS and i.requested_time > since
-    )
+    writes = _completed_writes_after(timeline, last)
     need = policy.services.clean.trigger_commits
     return f"{writes} completed writes since the last clean (trigger {need})" if writes >= need else None
 
@@ -201,46 +196,27 @@ def _plan_clean(ctx: PlanContext) -> PlanOutcome:
     return PlanOutcome(instant, result.summary())
 
 
+# ---------------------------------------------------------------------------- Spark services
+
+
+def _spark_executor(service: str) -> Callable[[JobContext], str]:
+    """The daemon's executor of a Spark service: ``service.spark_jobs.run_spark_service``."""
+
+    def run(ctx: JobContext) -> str:
+        hb = ctx.settings.heartbeat
+        spark = ctx.settings.spark
+        session = spark_engine().session(spark.master, spark.conf)
+        result = run_spark_service(
+            ctx.storage, ctx.lock, ctx.instant.requested_time, session,
+            service=service, time_settings=ctx.time_settings, heartbeat_interval_ms=hb.interval_ms,
+            tolerable_misses=hb.tolerable_misses,
+        )
+        return result.summary()
+
+    return run
+
+
 # ---------------------------------------------------------------------------- compaction
-
-
-class SparkEngine:
-    """The daemon's one Spark session (``settings.spark``), shared by the jobs of every table.
-
-    It starts with the first job that needs it (a daemon with nothing to compact never starts
-    Spark) and ``close()`` stops it when the daemon stops. pyspark is imported only then:
-    ``service`` modules must not import it directly, and a poll-only daemon should not pay for it.
-    """
-
-    def __init__(self) -> None:
-        self._guard = threading.Lock()
-        self._stack = ExitStack()
-        self._session: Any = None
-
-    def session(self, spark: SparkConfig) -> Any:
-        with self._guard:  # two first jobs at once must not start two sessions
-            if self._session is None:
-                from executors.engine import spark_session
-
-                self._session = self._stack.enter_context(spark_session(spark.master, spark.conf))
-            return self._session
-
-    @property
-    def started(self) -> bool:
-        return self._session is not None
-
-    def close(self) -> None:
-        with self._guard:
-            self._stack.close()
-            self._session = None
-
-
-_ENGINE = SparkEngine()
-
-
-def spark_engine() -> SparkEngine:
-    """The process's engine; the loop closes it on shutdown."""
-    return _ENGINE
 
 
 def compaction_settings(service: CompactionService) -> CompactionSettings:
@@ -252,19 +228,6 @@ def compaction_settings(service: CompactionService) -> CompactionSettings:
         "hoodie.compaction.strategy": service.strategy,
         "hoodie.compaction.target.io": str(service.target_io_mb),
     })
-
-
-def _run_compaction(ctx: JobContext) -> str:
-    # imported here: service.compaction is a command module (click) and reaches pyspark
-    from service.compaction import run_compaction
-
-    hb = ctx.settings.heartbeat
-    result = run_compaction(
-        ctx.storage, ctx.lock, ctx.instant.requested_time, _ENGINE.session(ctx.settings.spark),
-        time_settings=ctx.time_settings, heartbeat_interval_ms=hb.interval_ms,
-        tolerable_misses=hb.tolerable_misses,
-    )
-    return result.summary()
 
 
 def compaction_due(timeline: Timeline, policy: Policy) -> str | None:
@@ -292,12 +255,86 @@ def _plan_compaction(ctx: PlanContext) -> PlanOutcome:
     return PlanOutcome(instant, result.summary())
 
 
+# ---------------------------------------------------------------------------- log compaction
+
+
+def log_compaction_due(timeline: Timeline, policy: Policy) -> str | None:
+    """Merge-on-read, no log compaction or compaction pending, and the planner's cheap trigger fires."""
+    from planners.log_compaction import LogCompactionSettings, needs_log_compaction
+
+    config = timeline.config
+    if not config.is_mor or timeline.pending((Action.LOG_COMPACTION, Action.COMPACTION)):
+        return None
+    settings = LogCompactionSettings.from_options(policy.services.log_compaction.options())
+    due, why = needs_log_compaction(timeline, config, settings)
+    return why if due else None
+
+
+def _plan_log_compaction(ctx: PlanContext) -> PlanOutcome:
+    from planners.log_compaction import LogCompactionSettings, schedule_log_compaction
+
+    settings = LogCompactionSettings.from_options(ctx.policy.services.log_compaction.options())
+    instant, result = schedule_log_compaction(
+        ctx.storage, ctx.lock, settings, time_settings=ctx.time_settings
+    )
+    return PlanOutcome(instant, result.summary())
+
+
+# ---------------------------------------------------------------------------- clustering
+
+
+def _last_completed_clustering(timeline: Timeline) -> Instant | None:
+    # timeline layout 2 (table version 8+) names every clustering `clustering`; before it, a
+    # clustering is a replacecommit whose plan says CLUSTER (read once, cached by the timeline)
+    actions = (Action.CLUSTERING,) if timeline.config.timeline_layout >= 2 else (Action.REPLACE_COMMIT,)
+    for inst in reversed(timeline.instants):
+        if inst.is_completed and inst.action in actions and timeline.is_clustering(inst):
+            return inst
+    return None
+
+
+def clustering_due(timeline: Timeline, policy: Policy) -> str | None:
+    """No clustering pending and ``hoodie.clustering.async.max.commits`` completed commits since
+    the last completed clustering (Hudi's ``ClusteringPlanActionExecutor`` check).
+
+    On table version 6 the plans of the replacecommits after the last clustering are read to
+    tell a clustering from an insert-overwrite (once per timeline: an unchanged timeline is
+    reused between polls); later versions need the timeline only.
+    """
+    pending = timeline.pending((Action.CLUSTERING, Action.REPLACE_COMMIT))
+    if any(service_of(timeline, inst) == "clustering" for inst in pending):
+        return None
+    commits = _completed_writes_after(timeline, _last_completed_clustering(timeline))
+    need = policy.services.clustering.trigger_commits
+    if commits < need:
+        return None
+    return f"{commits} completed commits since the last clustering (trigger {need})"
+
+
+def _plan_clustering(ctx: PlanContext) -> PlanOutcome:
+    from planners.clustering import schedule_clustering
+
+    instant, result = schedule_clustering(
+        ctx.storage, ctx.lock, ctx.policy.services.clustering.settings(), time_settings=ctx.time_settings
+    )
+    return PlanOutcome(instant, result.summary())
+
+
 def _register_builtins() -> None:
     register_executor(Action.CLEAN, _run_clean, resumes_inflight=True)
     register_planner("clean", clean_due, _plan_clean)
-    # a failed compaction attempt is rolled back before it runs again (service.jobs)
-    register_executor(Action.COMPACTION, _run_compaction)
-    register_planner("compaction", compaction_due, _plan_compaction)
+    # Spark services: a failed attempt is rolled back before it runs again (service.jobs). A service
+    # whose executor module is not installed leaves its instants waiting, untouched, and is not planned.
+    planners = {
+        "compaction": (compaction_due, _plan_compaction),
+        "log_compaction": (log_compaction_due, _plan_log_compaction),
+        "clustering": (clustering_due, _plan_clustering),
+    }
+    for name, spec in SPARK_SERVICES.items():
+        if spec.available():
+            register_executor(spec.action, _spark_executor(name))
+            if importlib.util.find_spec(f"planners.{name}") is not None:
+                register_planner(name, *planners[name])
 
 
 _register_builtins()

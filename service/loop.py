@@ -1,5 +1,9 @@
 """The daemon: one anyio task group that watches tables, plans and executes their services.
 
+This module runs the loop; ``service.table_state`` keeps each table's books and decides
+what is ready and what an outcome means, ``service.status`` renders ``/status`` and the
+metrics snapshot, ``service.jobs`` runs one job in a worker thread.
+
 Root tasks: the work loop (discover, poll, dispatch), the HTTP endpoint
 (``service.http``, on this event loop) and, from the command line, the signal watcher.
 Jobs run in a nested task group; every blocking call (listing, planning, executing) goes
@@ -47,7 +51,6 @@ import signal
 import socket
 import time
 from collections import Counter, deque
-from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
@@ -56,64 +59,22 @@ import structlog
 from hoodie.errors import HoodieFormatError, TableNotFoundError, UnsupportedTableError
 from hoodie.storage import Storage, storage_for
 from service import jobs as joblib
-from service.config import SERVICE_ACTIONS, DaemonConfig, DiscoverRoot, Policy
-from service.executors import Registry, default_registry, spark_engine
+from service.config import SERVICE_ACTIONS, DaemonConfig, DiscoverRoot
+from service.executors import Registry, default_registry
 from service.jobs import Job, JobOutcome
 from service.locks import RedisLockFactory
-from service.metrics import Metrics, StateSnapshot, TableSnapshot
-from service.tables import PendingItem, PollResult, discover_tables, poll_table
+from service.metrics import Metrics, StateSnapshot
+from service.spark_jobs import spark_engine
+from service.status import state_snapshot, status_document
+from service.table_state import Candidate, TableState, next_for_table, record_outcome
+from service.tables import PollResult, discover_tables, poll_table
 
 __all__ = ["Daemon", "TableState"]
 
 log = structlog.get_logger("hoodied.loop")
 
-#: A service found "nothing due" is asked again when the timeline moves, or after this long
-#: (time-based retention and triggers change with the clock alone).
-REPLAN_AFTER_S = 600.0
-#: Outcomes kept per table for /status.
-KEEP_OUTCOMES = 10
 #: Most tables one poll thread takes in one hand-off.
 POLL_BATCH = 64
-
-
-@dataclass(slots=True)
-class Failure:
-    count: int
-    next_at: float
-    last_error: str
-    lock: bool = False
-    """Counted lock-service failures (they never lead to quarantine)."""
-
-
-@dataclass(slots=True)
-class TableState:
-    """What the loop knows about one table (owned by the event loop; threads get copies)."""
-
-    uri: str
-    policy: Policy
-    source: str
-    """``config`` or the discover root that found it."""
-    storage: Storage | None = None
-    poll: PollResult | None = None
-    poll_failures: int = 0
-    quarantine: str | None = None
-    quarantined_at: float | None = None
-    failures: dict[str, Failure] = field(default_factory=dict)
-    holds: dict[str, tuple[float, str]] = field(default_factory=dict)
-    waiting: dict[str, str] = field(default_factory=dict)
-    plan_checked: dict[str, tuple[int, float]] = field(default_factory=dict)
-    plan_notes: dict[str, str] = field(default_factory=dict)
-    outcomes: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=KEEP_OUTCOMES))
-    last_success: dict[str, float] = field(default_factory=dict)
-
-
-@dataclass(slots=True)
-class _Candidate:
-    table: TableState
-    kind: str
-    service: str
-    sort_key: tuple[int, int, str, str]
-    item: PendingItem | None = None
 
 
 class Daemon:
@@ -163,7 +124,7 @@ class Daemon:
             listener, self.http_port = await listen(*address)  # fails here, plainly, when the port is taken
         if s.lock.is_redis:
             self.factory = RedisLockFactory(s.lock.url, s.lock.table_lock_settings())
-        log.info("daemon starting", tables=len(self.tables), roots=len(s.discover), lock=self._lock_where(),
+        log.info("daemon starting", tables=len(self.tables), roots=len(s.discover), lock=self.lock_where(),
                  workers=s.concurrency.workers, once=self.once, replica=self.replica)
         try:
             async with anyio.create_task_group() as root:
@@ -374,61 +335,6 @@ class Daemon:
 
     # ------------------------------------------------------------------ dispatch
 
-    def item_status(self, ts: TableState, item: PendingItem, now: float) -> tuple[str, str]:
-        """``ready``, ``running``, ``waiting``, ``disabled``, ``paused``, ``running-elsewhere``,
-        ``backoff``, ``held`` or ``quarantined``, with a note."""
-        t = item.instant.requested_time
-        job = self.running.get(ts.uri)
-        if job is not None and job.instant is not None and job.instant.requested_time == t:
-            return "running", f"since {time.time() - job.started:.0f} s"
-        if ts.quarantine:
-            return "quarantined", ts.quarantine
-        if item.service is None:
-            return "waiting", "not a table service hoodied runs; left untouched"
-        spec = self.registry.executor_for(SERVICE_ACTIONS[item.service])
-        if spec is None:
-            return "waiting", f"no executor for {item.service} yet; left untouched"
-        if ts.policy.paused:
-            return "paused", "table paused by policy"
-        if not ts.policy.services.get(item.service).enabled:
-            return "disabled", f"{item.service} disabled by policy"
-        if t in ts.waiting:
-            return "waiting", ts.waiting[t]
-        if item.heartbeat_alive:
-            return "running-elsewhere", "heartbeat alive: another executor is working on it"
-        failure = ts.failures.get(t)
-        if failure is not None and failure.next_at > now:
-            return "backoff", f"attempt {failure.count + 1} in {failure.next_at - now:.0f} s; " \
-                              f"last error: {failure.last_error}"
-        hold = ts.holds.get(t)
-        if hold is not None and hold[0] > now:
-            return "held", hold[1]
-        return "ready", ""
-
-    def _plan_ready(self, ts: TableState, service: str, now: float) -> bool:
-        key = f"plan:{service}"
-        if key in ts.waiting:
-            return False
-        failure = ts.failures.get(key)
-        if failure is not None and failure.next_at > now:
-            return False
-        checked = ts.plan_checked.get(service)
-        assert ts.poll is not None
-        return not (checked and checked[0] == ts.poll.signature and now - checked[1] < REPLAN_AFTER_S)
-
-    def _next_for_table(self, ts: TableState, now: float) -> _Candidate | None:
-        assert ts.poll is not None
-        prio = -ts.policy.priority
-        for item in ts.poll.pending:  # oldest first
-            if self.item_status(ts, item, now)[0] == "ready":
-                assert item.service is not None
-                key = (prio, 0, item.instant.requested_time, ts.uri)
-                return _Candidate(ts, "execute", item.service, key, item)
-        for service in ts.poll.due:
-            if self._plan_ready(ts, service, now):
-                return _Candidate(ts, "plan", service, (prio, 1, "", ts.uri))
-        return None
-
     def _dispatch(self) -> None:
         if self.draining or self._jobs_tg is None:
             return
@@ -437,7 +343,7 @@ class Daemon:
         for ts in self.tables.values():
             if ts.quarantine or ts.poll is None or ts.policy.paused or ts.uri in self.running:
                 continue
-            c = self._next_for_table(ts, now)
+            c = next_for_table(ts, self.registry, now)
             if c is not None:
                 candidates.append(c)
         candidates.sort(key=lambda c: c.sort_key)
@@ -452,11 +358,12 @@ class Daemon:
             busy[c.service] += 1
             self._start(c)
 
-    def _start(self, c: _Candidate) -> None:
+    def _start(self, c: Candidate) -> None:
         ts = c.table
         assert ts.poll is not None and ts.storage is not None and self._jobs_tg is not None
         instant = c.item.instant if c.item is not None else None
-        action = instant.action.value if instant is not None else SERVICE_ACTIONS[c.service].value
+        # the service's action names the job in logs and metrics (a v6 clustering replacecommit: clustering)
+        action = SERVICE_ACTIONS[c.service].value
         job = Job(ts.uri, ts.storage, ts.poll.config, c.service, action, ts.policy, instant, ts.poll.timeline)
         self.running[ts.uri] = job
         self._jobs_tg.start_soon(self._run_job, ts, job, c.kind)
@@ -488,129 +395,31 @@ class Daemon:
         self.running.pop(ts.uri, None)
         self._touched.add(ts.uri)
         self._poke()
-        now = time.monotonic()
-        record = {"at": time.time(), "kind": kind, "action": job.action, "instant": job.instant.requested_time
-                  if job.instant else None, "outcome": outcome.outcome, "message": outcome.message,
-                  "seconds": round(outcome.seconds, 3)}
-        ts.outcomes.appendleft(record)
         if kind == "execute":
             self.metrics.jobs.labels(ts.uri, job.action, outcome.outcome).inc()
             self.metrics.job_duration.labels(job.action, outcome.outcome).observe(outcome.seconds)
         else:
             self.metrics.plans.labels(ts.uri, job.action, outcome.outcome).inc()
-        key = job.key
-        what = f"{job.action} {job.instant.requested_time}" if job.instant else f"{job.service} plan"
-        level = "info"
-        if outcome.outcome in ("success", "planned", "nothing_due", "already_done"):
-            ts.failures.pop(key, None)
-            if outcome.outcome == "success":
-                ts.last_success[job.action] = time.time()
-            if kind == "plan":
-                ts.plan_notes[job.service] = outcome.message
-                assert ts.poll is not None
-                ts.plan_checked[job.service] = (ts.poll.signature, now)
-        elif outcome.outcome in ("skipped", "claimed"):
-            ts.holds[key] = (now + self.settings.poll_interval_seconds, outcome.message)
-        elif outcome.outcome == "lock_unavailable":
-            # the lock service, not the table: retried with backoff for as long as it lasts, never quarantined
-            level = "warning"
+        verdict = record_outcome(ts, job, kind, outcome, self.settings, time.monotonic())
+        if verdict.error is not None:
             self.problems_in_pass += 1
-            self._error(ts.uri, f"{what}: {outcome.message}")
-            n = (ts.failures[key].count if key in ts.failures else 0) + 1
-            delay = self.settings.retry.backoff(n)
-            ts.failures[key] = Failure(n, now + delay, outcome.message)
-            record["retry_in_seconds"] = delay
-        elif outcome.outcome == "unsupported":
-            ts.waiting[key] = outcome.message
-            if kind == "plan":
-                ts.plan_notes[job.service] = outcome.message
-            level = "warning"
-        elif outcome.outcome == "corrupt":
-            self._quarantine(ts, f"{what}: {outcome.message}")
-            level = "error"
-        elif outcome.outcome == "failed":
-            level = "warning"
-            self.problems_in_pass += 1
-            self._error(ts.uri, f"{what}: {outcome.message}")
-            prev = ts.failures.get(key)
-            n = (prev.count if prev is not None and not prev.lock else 0) + 1
-            if n >= self.settings.retry.max_attempts:
-                ts.failures.pop(key, None)
-                self._quarantine(ts, f"{what} failed {n} times; last: {outcome.message}")
-            else:
-                delay = self.settings.retry.backoff(n)
-                ts.failures[key] = Failure(n, now + delay, outcome.message)
-                record["retry_in_seconds"] = delay
-        getattr(log, level)("job ended", kind=kind, outcome=outcome.outcome, message=outcome.message,
-                            seconds=round(outcome.seconds, 3))
+            self._error(ts.uri, verdict.error)
+        if verdict.quarantine is not None:
+            self._quarantine(ts, verdict.quarantine)
+        getattr(log, verdict.level)("job ended", kind=kind, outcome=outcome.outcome, message=outcome.message,
+                                    seconds=round(outcome.seconds, 3))
 
     # ------------------------------------------------------------------ views
 
-    def _lock_where(self) -> str:
+    def lock_where(self) -> str:
         return self.factory.where if self.factory is not None else "local"
 
     def snapshot(self) -> StateSnapshot:
-        tables = []
-        now = time.time()
-        for ts in self.tables.values():
-            snap = TableSnapshot(ts.uri, ts.quarantine is not None, last_success=dict(ts.last_success))
-            if ts.poll is not None:
-                for item in ts.poll.pending:
-                    action = item.service or item.instant.action.value
-                    action = SERVICE_ACTIONS[action].value if action in SERVICE_ACTIONS else action
-                    count, oldest = snap.pending.get(action, (0, 0.0))
-                    snap.pending[action] = (count + 1, max(oldest, now - item.requested_epoch))
-                snap.delta_commits_since_compaction = ts.poll.delta_commits_since_compaction
-            tables.append(snap)
-        running = Counter(j.action for j in self.running.values())
-        return StateSnapshot(tables, dict(running), self.draining, self.last_cycle_end)
+        return state_snapshot(self)
 
     def loop_heartbeat_age(self) -> float:
         return time.time() - (self.last_cycle_end or self.started_at)
 
     def status(self) -> dict[str, Any]:
         """The ``/status`` document (``hoodied status`` renders it)."""
-        now, mono = time.time(), time.monotonic()
-        tables = []
-        for ts in sorted(self.tables.values(), key=lambda t: t.uri):
-            pending = []
-            if ts.poll is not None:
-                for item in ts.poll.pending:
-                    status, note = self.item_status(ts, item, mono)
-                    failure = ts.failures.get(item.instant.requested_time)
-                    pending.append({
-                        "instant": item.instant.requested_time, "action": item.instant.action.value,
-                        "state": item.instant.state.value,
-                        "age_seconds": round(now - item.requested_epoch, 1),
-                        "status": status, "note": note, "failures": failure.count if failure else 0,
-                    })
-            job = self.running.get(ts.uri)
-            config = ts.poll.config if ts.poll is not None else None
-            tables.append({
-                "path": ts.uri, "source": ts.source,
-                "name": config.name if config else None,
-                "type": config.table_type.value if config else None,
-                "version": config.version if config else None,
-                "paused": ts.policy.paused, "priority": ts.policy.priority,
-                "quarantined": ts.quarantine, "quarantined_at": ts.quarantined_at,
-                "pending": pending,
-                "running": None if job is None else {
-                    "action": job.action, "instant": job.instant.requested_time if job.instant else None,
-                    "kind": "execute" if job.instant else "plan", "seconds": round(now - job.started, 1),
-                },
-                "due": dict(ts.poll.due) if ts.poll else {},
-                "planning": dict(ts.plan_notes),
-                "last_outcomes": list(ts.outcomes),
-                "delta_commits_since_compaction": ts.poll.delta_commits_since_compaction if ts.poll else None,
-            })
-        return {
-            "replica": self.replica, "started_at": self.started_at, "draining": self.draining,
-            "stop_reason": self.stop_reason, "once": self.once, "lock": self._lock_where(),
-            "workers": {"limit": self.settings.concurrency.workers, "busy": len(self.running)},
-            "last_poll": {"ended_at": self.last_cycle_end, "seconds": self.last_cycle_seconds,
-                          "age_seconds": round(self.loop_heartbeat_age(), 3)},
-            "tables_watched": len(tables),
-            "tables_quarantined": sum(1 for t in tables if t["quarantined"]),
-            "tables": tables,
-            "recent_errors": list(self.recent_errors),
-        }
+        return status_document(self)

@@ -25,8 +25,8 @@ from hoodie.properties import load_table_config
 from hoodie.storage import LocalStorage
 from hoodie.timeline import Timeline
 from service.config import load_config
-from service.executors import spark_engine
 from service.loop import Daemon
+from service.spark_jobs import spark_engine
 
 PROJECT = Path(__file__).resolve().parent.parent
 V9 = "mor/avro/v9_txns_simple_nometa"

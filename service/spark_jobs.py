@@ -1,0 +1,243 @@
+"""The Spark table services (compaction, log compaction, clustering): one rollback-then-retry runner.
+
+``SPARK_SERVICES`` maps each service to its executor function, which has the signature of
+``executors.compaction.execute_compaction`` (``execute_log_compaction``, ``execute_clustering``).
+Executor modules are imported when a job needs them, so the service layer works while one of
+them is not installed, and a poll-only daemon never imports pyspark.
+
+``run_spark_service`` is what both ``hoodied execute`` (through ``SparkRunner``) and the daemon
+(``service.executors``) call for a pending instant:
+
+1. a pending instant that is inflight (or that a pending rollback targets) is a failed attempt
+   unless its heartbeat is alive: it is rolled back exactly as Apache Hudi does before it
+   retries one (``service.cli_services.rollback_failed_attempt``: a rollback instant whose plan
+   deletes the attempt's files, then the service is requested again);
+2. the instant is executed from its unchanged plan.
+
+A live attempt (fresh heartbeat) is left alone: ``InstantStateError``. The completed instant
+keeps Hudi's names: a compaction completes as ``commit``, a log compaction as ``deltacommit``,
+a clustering as ``replacecommit`` (on table version 6 a pending clustering is itself a
+``replacecommit`` whose plan says CLUSTER; ``service_of`` tells them from insert-overwrites).
+
+``SparkEngine`` owns one Spark session, started by the first job that needs it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import importlib.util
+import logging
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import AbstractContextManager, ExitStack
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from hoodie.errors import InstantStateError, UnsupportedTableError
+from hoodie.heartbeat import DEFAULT_INTERVAL_MS, DEFAULT_TOLERABLE_MISSES
+from hoodie.instant import Action, Instant, State
+from hoodie.locks import TableLock
+from hoodie.properties import load_table_config
+from hoodie.storage import Storage
+from hoodie.timeline import Timeline
+from hoodie.truetime import TimeSettings
+from planners.rollback import pending_rollback_for
+from service.cli_services import ExecuteOutcome, rollback_failed_attempt
+from service.config import SERVICE_ACTIONS, service_of
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "SPARK_SERVICES",
+    "ServiceResult",
+    "SparkEngine",
+    "SparkRunner",
+    "SparkService",
+    "run_spark_service",
+    "spark_engine",
+]
+
+#: ``progress(done, total)``: operations of the job completed so far (``executors.engine.Progress``).
+Progress = Callable[[int, int], None]
+
+
+class ServiceResult(Protocol):
+    """What every Spark executor returns (``CompactionResult``, ``LogCompactionResult``, ...)."""
+
+    @property
+    def instant(self) -> Instant: ...
+
+    def summary(self) -> str: ...
+
+
+@dataclass(frozen=True, slots=True)
+class SparkService:
+    """A Spark table service: its name (``service.config.SERVICE_ACTIONS``) and executor function."""
+
+    name: str
+    module: str
+    function: str
+
+    @property
+    def action(self) -> Action:
+        """The pending action on table versions 8+ (version 6 clustering: a replacecommit)."""
+        return SERVICE_ACTIONS[self.name]
+
+    def available(self) -> bool:
+        """The executor module is installed (it may still fail to import: then the job fails)."""
+        return importlib.util.find_spec(self.module) is not None
+
+    def executor(self) -> Callable[..., ServiceResult]:
+        try:
+            module = importlib.import_module(self.module)
+        except ModuleNotFoundError as exc:
+            if exc.name != self.module:
+                raise
+            raise UnsupportedTableError(f"{self.name}: no executor in this build of hoodied") from None
+        fn: Callable[..., ServiceResult] = getattr(module, self.function)
+        return fn
+
+
+SPARK_SERVICES: dict[str, SparkService] = {
+    s.name: s
+    for s in (
+        SparkService("compaction", "executors.compaction", "execute_compaction"),
+        SparkService("log_compaction", "executors.log_compaction", "execute_log_compaction"),
+        SparkService("clustering", "executors.clustering", "execute_clustering"),
+    )
+}
+
+
+def run_spark_service(
+    storage: Storage,
+    lock: TableLock,
+    instant_time: str,
+    session: Any,
+    *,
+    service: str | None = None,
+    time_settings: TimeSettings | None = None,
+    heartbeat_interval_ms: int = DEFAULT_INTERVAL_MS,
+    tolerable_misses: int = DEFAULT_TOLERABLE_MISSES,
+    force: bool = False,
+    progress: Progress | None = None,
+) -> ServiceResult:
+    """Execute the pending Spark service ``instant_time``, rolling back a failed attempt first.
+
+    ``service`` (``compaction``, ``log_compaction``, ``clustering``) is checked against the
+    instant when given, else taken from it. ``force`` rolls back an inflight attempt even when
+    its heartbeat looks alive; ``progress(done, total)`` hears of completed operations.
+    """
+    config = load_table_config(storage)
+    timeline = Timeline.load(storage, config)
+    inst = timeline.get(instant_time)
+    found = service_of(timeline, inst) if inst is not None else None
+    if found not in SPARK_SERVICES or (service is not None and found != service):
+        what = (service or "Spark table service").replace("_", " ")
+        raise InstantStateError(
+            f"{storage.base_uri}: no {what} instant {instant_time} on the active timeline"
+        )
+    assert inst is not None and found is not None
+    spec = SPARK_SERVICES[found]
+    if inst.is_pending and (inst.state is State.INFLIGHT or pending_rollback_for(timeline, instant_time)):
+        rolled = rollback_failed_attempt(
+            storage, instant_time, lock, force=force, heartbeat_interval_ms=heartbeat_interval_ms,
+            tolerable_misses=tolerable_misses, time_settings=time_settings,
+        )
+        if rolled is not None:
+            log.info("%s %s: failed attempt rolled back by %s (%d files deleted)", instant_time, found,
+                     rolled.rollback.requested_time, len(rolled.deleted))
+    return spec.executor()(
+        storage, config, lock, instant_time, session, time_settings=time_settings,
+        heartbeat_interval_ms=heartbeat_interval_ms, tolerable_misses=tolerable_misses, progress=progress,
+    )
+
+
+class SparkEngine:
+    """One Spark session, started by the first job that needs it and stopped by ``close()``.
+
+    pyspark is imported only then: ``service`` modules must not import it directly, and a
+    daemon with nothing to compact or cluster should not pay for it.
+    """
+
+    def __init__(self) -> None:
+        self._guard = threading.Lock()
+        self._stack = ExitStack()
+        self._session: Any = None
+
+    def session(self, master: str, conf: Mapping[str, str] | None = None) -> Any:
+        with self._guard:  # two first jobs at once must not start two sessions
+            if self._session is None:
+                from executors.engine import spark_session
+
+                self._session = self._stack.enter_context(spark_session(master, dict(conf or {})))
+            return self._session
+
+    @property
+    def started(self) -> bool:
+        return self._session is not None
+
+    def close(self) -> None:
+        with self._guard:
+            self._stack.close()
+            self._session = None
+
+
+_ENGINE = SparkEngine()
+
+
+def spark_engine() -> SparkEngine:
+    """The daemon's engine (``settings.spark``), shared by the jobs of every table; closed on shutdown."""
+    return _ENGINE
+
+
+@contextlib.contextmanager
+def _no_progress(label: str) -> Iterator[Progress | None]:
+    yield None
+
+
+class SparkRunner:
+    """Runs pending Spark-service instants for ``hoodied execute``; Spark starts at the first one.
+
+    Call it with a pending instant of any service in ``SPARK_SERVICES``; ``close()`` stops the
+    session it started. ``progress(label)`` is a context manager yielding a progress callback
+    (a progress bar on a terminal) or ``None``.
+    """
+
+    def __init__(
+        self,
+        storage: Storage,
+        lock: TableLock,
+        *,
+        spark: str = "local",
+        spark_conf: Mapping[str, str] | None = None,
+        time_settings: TimeSettings | None = None,
+        heartbeat_interval_ms: int = DEFAULT_INTERVAL_MS,
+        tolerable_misses: int = DEFAULT_TOLERABLE_MISSES,
+        force: bool = False,
+        progress: Callable[[str], AbstractContextManager[Progress | None]] = _no_progress,
+    ) -> None:
+        self.storage = storage
+        self.lock = lock
+        self.spark = spark
+        self.spark_conf = dict(spark_conf or {})
+        self.time_settings = time_settings
+        self.heartbeat_interval_ms = heartbeat_interval_ms
+        self.tolerable_misses = tolerable_misses
+        self.force = force
+        self.progress = progress
+        self._engine = SparkEngine()
+
+    def __call__(self, inst: Instant, service: str) -> ExecuteOutcome:
+        session = self._engine.session(self.spark, self.spark_conf)
+        label = f"{service.replace('_', ' ')} {inst.requested_time}"
+        with self.progress(label) as progress:
+            result = run_spark_service(
+                self.storage, self.lock, inst.requested_time, session, service=service,
+                time_settings=self.time_settings, heartbeat_interval_ms=self.heartbeat_interval_ms,
+                tolerable_misses=self.tolerable_misses, force=self.force, progress=progress,
+            )
+        return ExecuteOutcome(result.instant, "executed", result.summary())
+
+    def close(self) -> None:
+        self._engine.close()
