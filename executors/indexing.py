@@ -44,7 +44,7 @@ from pyspark.sql import SparkSession
 from executors.engine import Progress, current_write_token, spark_ddl, task_error
 from hoodie._writer_support import partition_metadata_text
 from hoodie.crashpoints import crash_point
-from hoodie.errors import HoodieServiceError, InstantStateError, UnsupportedTableError
+from hoodie.errors import HoodieServiceError, InstantNotReadyError, InstantStateError, UnsupportedTableError
 from hoodie.filenames import LogFileName
 from hoodie.fsview import CommitState, FileSlice
 from hoodie.heartbeat import DEFAULT_INTERVAL_MS, DEFAULT_TOLERABLE_MISSES, Heartbeat, require_startable
@@ -290,7 +290,7 @@ def _require_no_pending_writes(timeline: Timeline, where: str) -> None:
     pending = [i for i in timeline.pending(_WRITES)]
     if pending:
         names = ", ".join(f"{i.requested_time} {i.action.value}" for i in pending)
-        raise InstantStateError(f"{where}: data writes are pending ({names}); indexing waits for them "
+        raise InstantNotReadyError(f"{where}: data writes are pending ({names}); indexing waits for them "
                                 "to finish (Hudi's catch-up does too), retry later")
 
 

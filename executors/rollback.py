@@ -60,6 +60,12 @@ class RollbackResult:
     deleted: list[str] = field(default_factory=list)
     already_gone: list[str] = field(default_factory=list)
 
+    def summary(self) -> str:
+        gone = f" ({len(self.already_gone)} already gone)" if self.already_gone else ""
+        return (f"rolled back {self.target_action} {self.target_time} with rollback "
+                f"{self.rollback.requested_time}: {len(self.deleted)} files deleted{gone}; "
+                f"{self.target_action} {self.target_time} is requested again")
+
 
 def _read_plan(timeline: Timeline, inst: Instant, where: str) -> dict[str, Any]:
     plan = timeline.read_plan(inst)

@@ -75,3 +75,10 @@ class InstantStateError(HoodieServiceError):
 
     Next step: reload the timeline; another writer may have moved or rolled back the instant.
     """
+
+
+class InstantNotReadyError(InstantStateError):
+    """The instant cannot run yet: an instant it has to wait for is still pending; nothing was changed.
+
+    Next step: try again later (the daemon retries at the next poll, without counting a failure).
+    """

@@ -1,7 +1,8 @@
 """Service commands of ``hoodied`` (to be registered on the main group by ``service.cli``).
 
 ``rollback TABLE --instant T``: roll back a failed attempt of a pending table service
-(compaction, log compaction, clustering) exactly as Apache Hudi does before it retries one:
+(compaction, log compaction, clustering; indexing is aborted instead, as Hudi's
+``RunIndexActionExecutor.abort`` does) exactly as Apache Hudi does before it retries one:
 a rollback instant whose plan deletes the attempt's files, then the service's inflight file
 goes and the service can be re-executed from its unchanged plan. A live attempt (heartbeat
 not expired) is refused unless ``--force``. On a table with a metadata table the attempt's
@@ -17,7 +18,7 @@ pending clean blocks a new plan, so concurrent schedulers produce exactly one.
 requested them (a plan written by Apache Hudi included): all of them, oldest first, or the
 one given. Other pending actions are listed as having no executor yet and left untouched; a
 clean whose heartbeat is alive belongs to another executor and is skipped. Pending
-compactions, log compactions and clusterings run on Spark (``--spark``, ``--spark-conf``;
+compactions, log compactions, clusterings and indexings run on Spark (``--spark``, ``--spark-conf``;
 ``service.spark_jobs``), a failed attempt rolled back first.
 
 The lock options are shared by every command that writes the timeline: ``--lock local``
@@ -47,6 +48,7 @@ from hoodie.heartbeat import (
 from hoodie.instant import Action, Instant, State, require_instant_time
 from hoodie.locks import LockSettings, TableLock
 from hoodie.mdt_clean import require_clean_maintainable
+from hoodie.mdt_index_rollback import IndexingAbort, rollback_failed_indexing
 from hoodie.mdt_rollback import require_rollback_supported
 from hoodie.properties import load_table_config
 from hoodie.storage import Storage, storage_for
@@ -81,13 +83,20 @@ def rollback_failed_attempt(
     heartbeat_interval_ms: int = DEFAULT_INTERVAL_MS,
     tolerable_misses: int = DEFAULT_TOLERABLE_MISSES,
     time_settings: TimeSettings | None = None,
-) -> RollbackResult | None:
+) -> RollbackResult | IndexingAbort | None:
     """Roll back the failed attempt of the pending table service ``instant_time``.
 
     ``None`` when there is nothing to roll back (the service is only requested and no
-    rollback of it is pending).
+    rollback of it is pending). A failed ``indexing`` attempt is aborted as Hudi aborts one
+    (Hudi writes no rollback instant for indexing): ``hoodie.mdt_index_rollback``.
     """
     config = load_table_config(storage)
+    target = Timeline.load(storage, config).get(instant_time)
+    if target is not None and target.action is Action.INDEXING:
+        return rollback_failed_indexing(
+            storage, lock, instant_time, force=force, heartbeat_interval_ms=heartbeat_interval_ms,
+            tolerable_misses=tolerable_misses, time_settings=time_settings,
+        )
     require_rollback_supported(storage, config)
     with lock:
         timeline = Timeline.load(storage, config)
@@ -280,7 +289,8 @@ def rollback(
     lock_retries: int,
     clock_skew_ms: int,
 ) -> None:
-    """Roll back a failed compaction, log compaction or clustering attempt, as Hudi does before a retry."""
+    """Roll back a failed compaction, log compaction or clustering attempt, as Hudi does before a retry
+    (a failed indexing attempt is aborted: its metadata-table partition is dropped)."""
     require_instant_time(instant_time)
     storage = storage_for(table)
     settings = LockSettings(wait_ms=lock_wait_ms, retries=lock_retries)
@@ -299,12 +309,7 @@ def rollback(
     if result is None:
         click.echo(f"{instant_time}: only requested, nothing to roll back")
         return
-    gone = f" ({len(result.already_gone)} already gone)" if result.already_gone else ""
-    click.echo(
-        f"rolled back {result.target_action} {result.target_time} with rollback "
-        f"{result.rollback.requested_time}: {len(result.deleted)} files deleted{gone}; "
-        f"{result.target_action} {result.target_time} is requested again"
-    )
+    click.echo(result.summary())
 
 
 @click.group()

@@ -10,6 +10,8 @@ loop decides retries and quarantine from one place (``outcome`` and ``retryable`
 How errors are read (``classify``):
 
 - ``InstantStateError`` naming a live heartbeat: ``skipped``, another executor is at work;
+  ``InstantNotReadyError`` (an indexing waiting for pending data writes): ``skipped`` too, tried
+  again at the next poll;
 - ``HoodieFormatError`` / ``TableNotFoundError``: ``corrupt``; executors and planners check
   before they change anything, so the table is quarantined untouched;
 - ``UnsupportedTableError``: ``unsupported``; the instant (or service) is left alone;
@@ -38,6 +40,7 @@ from types import TracebackType
 
 from hoodie.errors import (
     HoodieFormatError,
+    InstantNotReadyError,
     InstantStateError,
     LockError,
     LockUnavailableError,
@@ -166,7 +169,8 @@ def classify(exc: BaseException, cancel: threading.Event) -> JobOutcome:
     """An error of a job -> its outcome (see the module docstring)."""
     if cancel.is_set():
         return JobOutcome("handed_back", f"stopped by shutdown: {_one_line(exc)}")
-    if isinstance(exc, InstantStateError) and "live heartbeat" in str(exc):
+    if isinstance(exc, InstantNotReadyError) or (
+            isinstance(exc, InstantStateError) and "live heartbeat" in str(exc)):
         return JobOutcome("skipped", str(exc))
     if isinstance(exc, HoodieFormatError | TableNotFoundError):
         return JobOutcome("corrupt", str(exc))

@@ -1,7 +1,8 @@
-"""The Spark table services (compaction, log compaction, clustering): one rollback-then-retry runner.
+"""The Spark table services (compaction, log compaction, clustering, indexing): one runner with retries.
 
 ``SPARK_SERVICES`` maps each service to its executor function, which has the signature of
-``executors.compaction.execute_compaction`` (``execute_log_compaction``, ``execute_clustering``).
+``executors.compaction.execute_compaction`` (``execute_log_compaction``, ``execute_clustering``,
+``execute_indexing``).
 Executor modules are imported when a job needs them, so the service layer works while one of
 them is not installed, and a poll-only daemon never imports pyspark.
 
@@ -11,13 +12,17 @@ them is not installed, and a poll-only daemon never imports pyspark.
 1. a pending instant that is inflight (or that a pending rollback targets) is a failed attempt
    unless its heartbeat is alive: it is rolled back exactly as Apache Hudi does before it
    retries one (``service.cli_services.rollback_failed_attempt``: a rollback instant whose plan
-   deletes the attempt's files, then the service is requested again);
+   deletes the attempt's files, then the service is requested again; an ``indexing`` attempt
+   has no rollback instant in Hudi and is aborted instead: its MDT partition and delta commits
+   go, the partition leaves ``hoodie.properties``, the instant is requested again);
 2. the instant is executed from its unchanged plan.
 
 A live attempt (fresh heartbeat) is left alone: ``InstantStateError``. The completed instant
 keeps Hudi's names: a compaction completes as ``commit``, a log compaction as ``deltacommit``,
 a clustering as ``replacecommit`` (on table version 6 a pending clustering is itself a
 ``replacecommit`` whose plan says CLUSTER; ``service_of`` tells them from insert-overwrites).
+
+An indexing instant completes as ``indexing``.
 
 ``SparkEngine`` owns one Spark session, started by the first job that needs it.
 """
@@ -105,6 +110,7 @@ SPARK_SERVICES: dict[str, SparkService] = {
         SparkService("compaction", "executors.compaction", "execute_compaction"),
         SparkService("log_compaction", "executors.log_compaction", "execute_log_compaction"),
         SparkService("clustering", "executors.clustering", "execute_clustering"),
+        SparkService("indexing", "executors.indexing", "execute_indexing"),
     )
 }
 
@@ -145,8 +151,7 @@ def run_spark_service(
             tolerable_misses=tolerable_misses, time_settings=time_settings,
         )
         if rolled is not None:
-            log.info("%s %s: failed attempt rolled back by %s (%d files deleted)", instant_time, found,
-                     rolled.rollback.requested_time, len(rolled.deleted))
+            log.info("%s %s: %s", instant_time, found, rolled.summary())
     return spec.executor()(
         storage, config, lock, instant_time, session, time_settings=time_settings,
         heartbeat_interval_ms=heartbeat_interval_ms, tolerable_misses=tolerable_misses, progress=progress,

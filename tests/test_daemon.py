@@ -31,9 +31,12 @@ from redis_server import RedisServer, free_port, redis_server  # noqa: F401  (fi
 
 from hoodie.errors import StorageError
 from hoodie.instant import Action, State
+from hoodie.locks import InProcessLock
 from hoodie.properties import load_table_config
 from hoodie.storage import LocalStorage
 from hoodie.timeline import Timeline
+from hoodie.timeline_writer import TimelineWriter
+from hoodie.truetime import TimeSettings
 from service.cli import cli
 from service.cli_daemon import _flag_overrides, render_status
 from service.config import ConfigError, DaemonConfig, load_config
@@ -264,7 +267,14 @@ def test_corrupt_tables_are_quarantined_untouched_and_the_others_complete(tmp_pa
     bad_time = "20991231235959000"
     (bad_plan / ".hoodie" / "timeline" / f"{bad_time}.clean.requested").write_bytes(b"Obj\x01garbage")
     index_time = "20200101000000000"  # an indexing requested long ago by another writer
-    (with_index / ".hoodie" / "timeline" / f"{index_time}.indexing.requested").write_bytes(b"")
+    storage = LocalStorage(str(with_index))
+    lock = InProcessLock(storage.base_uri)
+    plan = {"version": 1, "indexPartitionInfos": [{
+        "version": 1, "metadataPartitionPath": "bloom_filters", "indexUptoInstant": "20200101000000000",
+        "extraMetadata": {}}]}
+    with lock:  # an index hoodied does not build, on a table without a metadata table: it waits
+        TimelineWriter(storage, load_table_config(storage), lock, time_settings=TimeSettings(
+            max_expected_clock_skew_ms=5)).create_requested(Action.INDEXING, index_time, plan)
     untouched = {t: _files(t) for t in (bad_props, bad_plan, paused)}
     paths: list[Any] = [str(p) for p in (*healthy, bad_props, bad_plan, with_index)]
     paths.append({"path": str(paused), "policy": {"paused": True}})
@@ -284,7 +294,7 @@ def test_corrupt_tables_are_quarantined_untouched_and_the_others_complete(tmp_pa
         assert [c.state for c in _cleans(t)] == [State.COMPLETED]
     waiting = by_path[str(with_index)]["pending"]
     assert [(p["action"], p["status"]) for p in waiting] == [("indexing", "waiting")]
-    assert "no executor for indexing yet; left untouched" in waiting[0]["note"]
+    assert "the table has no metadata table" in waiting[0]["note"], waiting
     assert (with_index / ".hoodie" / "timeline" / f"{index_time}.indexing.requested").exists()
     assert by_path[str(paused)]["paused"] and not by_path[str(paused)]["last_outcomes"]
     text = render_status(json.loads(json.dumps(status)))

@@ -26,7 +26,7 @@ from mor_tables import hudi_rs_rows
 from executors.engine import Session, spark_session
 from executors.indexing import execute_indexing, rollback_failed_indexing
 from hoodie._writer_support import properties_text
-from hoodie.errors import HoodieFormatError, InstantStateError, UnsupportedTableError
+from hoodie.errors import HoodieFormatError, InstantNotReadyError, InstantStateError, UnsupportedTableError
 from hoodie.filenames import BaseFileName, LogFileName
 from hoodie.hfile import HFileReader
 from hoodie.instant import Action
@@ -392,7 +392,7 @@ def test_waits_for_pending_writes(hudi_table: Any, spark: Session) -> None:
     derive_pending(root, V8_INDEXING, drop_later=False)
     (root / ".hoodie/timeline/20251220210130911_20251220210131755.deltacommit").unlink()
     before = _snapshot(root)
-    with pytest.raises(InstantStateError, match="pending .*20251220210130911 deltacommit.*retry later"):
+    with pytest.raises(InstantNotReadyError, match="pending .*20251220210130911 deltacommit.*retry later"):
         _execute(root, spark, V8_INDEXING)
     assert _snapshot(root) == before
 

@@ -49,7 +49,7 @@ def _reopen(root: Path, t: str) -> None:
 
 
 def test_every_spark_service_has_its_action_and_an_executor_with_the_compaction_signature() -> None:
-    assert set(SPARK_SERVICES) == {"compaction", "log_compaction", "clustering"}
+    assert set(SPARK_SERVICES) == {"compaction", "log_compaction", "clustering", "indexing"}
     want = inspect.signature(execute_compaction).parameters
     registry = default_registry()
     for name, spec in SPARK_SERVICES.items():
