@@ -42,7 +42,7 @@ from hoodie.mdt_encode import (
     files_record,
 )
 from hoodie.mdt_records import RecordType
-from hoodie.mdt_writer import unmaintained_partitions
+from hoodie.mdt_writer import require_mdt_maintainable
 from hoodie.metadata import metadata_table_in_use
 from hoodie.properties import TableConfig
 from hoodie.storage import Storage
@@ -75,40 +75,12 @@ def require_clean_maintainable(
     A table without a metadata table always passes. ``partitions_to_delete``: the plan's
     ``partitionsToBeDeleted`` (Hudi also drops those from the partition list; hoodied does not).
     """
-    why = metadata_table_in_use(storage, config)
-    if why is None:
-        return
-    base = storage.base_uri
-    if config.version not in (8, 9):
+    require_mdt_maintainable(storage, config, what, clean_maintained_partitions(config))
+    if partitions_to_delete and metadata_table_in_use(storage, config) is not None:
         raise UnsupportedTableError(
-            f"{base}: the table has a metadata table ({why}); {what} writes metadata tables of "
-            f"table version 8 and 9 only, this table is version {config.version} (nothing was changed)"
-        )
-    if config.metadata_partitions_inflight:
-        raise UnsupportedTableError(
-            f"{base}: MDT partition {', '.join(config.metadata_partitions_inflight)} is being built "
-            f"(hoodie.table.metadata.partitions.inflight); {what} cannot keep it exact (nothing was changed)"
-        )
-    if FILES not in config.metadata_partitions:
-        raise UnsupportedTableError(
-            f"{base}: the table has a metadata table ({why}) without a files partition; "
-            f"{what} cannot keep it exact (nothing was changed)"
-        )
-    unknown = unmaintained_partitions(config, clean_maintained_partitions(config))
-    if unknown:
-        raise UnsupportedTableError(
-            f"{base}: MDT partition {', '.join(unknown)} is not maintained by hoodied; {what} "
-            "would leave it stale (nothing was changed)"
-        )
-    if COLUMN_STATS in config.metadata_partitions and not column_stats_columns(storage, config.props):
-        raise UnsupportedTableError(
-            f"{base}: MDT partition column_stats has no index definition with source fields; "
-            f"{what} cannot tell which column statistics to delete (nothing was changed)"
-        )
-    if partitions_to_delete:
-        raise UnsupportedTableError(
-            f"{base}: the clean deletes partition {', '.join(partitions_to_delete)}; dropping partitions "
-            f"from the metadata table is not supported, {what} refused (nothing was changed)"
+            f"{storage.base_uri}: the clean deletes partition {', '.join(partitions_to_delete)}; "
+            f"dropping partitions from the metadata table is not supported, {what} refused "
+            "(nothing was changed)"
         )
 
 

@@ -30,8 +30,10 @@ compactions are finished, then an MDT clean and an MDT compaction run when due (
 ``hoodie.metadata.compact.max.delta.commits`` (else the data table's property, else 10).
 
 Which MDT partitions get which records is the caller's business (``mdt_encode``,
-``mdt_colstats``); ``unmaintained_partitions`` tells which MDT partitions of a table a caller
-cannot keep exact (and must therefore refuse to run for). The caller holds the data table's lock throughout.
+``mdt_colstats``, ``mdt_clean``, ``mdt_commit``); ``unmaintained_partitions`` tells which MDT
+partitions of a table a caller cannot keep exact, and ``require_mdt_maintainable`` refuses such a
+table (and every other MDT a caller cannot write) before anything is written.
+The caller holds the data table's lock throughout.
 """
 
 from __future__ import annotations
@@ -47,7 +49,10 @@ from hoodie.filenames import BaseFileName, LogFileName, make_write_token
 from hoodie.instant import Action, Instant, State
 from hoodie.locks import TableLock
 from hoodie.logfile import write_log_file
+from hoodie.mdt_colstats import column_stats_columns
 from hoodie.mdt_encode import (
+    COLUMN_STATS,
+    FILES,
     MetadataRecord,
     encode_hfile_data_block,
     file_group_index,
@@ -55,7 +60,7 @@ from hoodie.mdt_encode import (
 )
 from hoodie.mdt_rollback import rollback_mdt_deltacommit
 from hoodie.mdt_upkeep import UpkeepResult, maintain
-from hoodie.metadata import METADATA_FOLDER
+from hoodie.metadata import METADATA_FOLDER, metadata_table_in_use
 from hoodie.properties import TableConfig, load_table_config
 from hoodie.storage import Storage
 from hoodie.timeline import Timeline
@@ -64,7 +69,7 @@ from hoodie.truetime import TimeSettings, TrueTime
 
 log = logging.getLogger(__name__)
 
-__all__ = ["MdtLogFile", "MetadataWriter", "unmaintained_partitions"]
+__all__ = ["MdtLogFile", "MetadataWriter", "require_mdt_maintainable", "unmaintained_partitions"]
 
 UPSERT_PREPPED = "UPSERT_PREPPED"
 
@@ -213,6 +218,46 @@ class MetadataWriter:
             "version": None,
             "operationType": operation,
         }
+
+
+def require_mdt_maintainable(
+    storage: Storage, config: TableConfig, what: str, maintained: Iterable[str]
+) -> None:
+    """Refuse ``what`` (an ``UnsupportedTableError``, nothing written) when its MDT delta commit
+    could not keep this table's metadata table exact: table version other than 8 or 9, an MDT
+    partition being built, no ``files`` partition, a declared partition not in ``maintained``,
+    or ``column_stats`` without an index definition naming its columns. A table without a
+    metadata table always passes."""
+    why = metadata_table_in_use(storage, config)
+    if why is None:
+        return
+    base = storage.base_uri
+    if config.version not in (8, 9):
+        raise UnsupportedTableError(
+            f"{base}: the table has a metadata table ({why}); {what} writes metadata tables of "
+            f"table version 8 and 9 only, this table is version {config.version} (nothing was changed)"
+        )
+    if config.metadata_partitions_inflight:
+        raise UnsupportedTableError(
+            f"{base}: MDT partition {', '.join(config.metadata_partitions_inflight)} is being built "
+            f"(hoodie.table.metadata.partitions.inflight); {what} cannot keep it exact (nothing was changed)"
+        )
+    if FILES not in config.metadata_partitions:
+        raise UnsupportedTableError(
+            f"{base}: the table has a metadata table ({why}) without a files partition; "
+            f"{what} cannot keep it exact (nothing was changed)"
+        )
+    unknown = unmaintained_partitions(config, maintained)
+    if unknown:
+        raise UnsupportedTableError(
+            f"{base}: MDT partition {', '.join(unknown)} is not maintained by hoodied; {what} "
+            "would leave it stale (nothing was changed)"
+        )
+    if COLUMN_STATS in config.metadata_partitions and not column_stats_columns(storage, config.props):
+        raise UnsupportedTableError(
+            f"{base}: MDT partition column_stats has no index definition with source fields; "
+            f"{what} cannot tell which column statistics to write (nothing was changed)"
+        )
 
 
 def unmaintained_partitions(data_config: TableConfig, maintained: Iterable[str]) -> list[str]:

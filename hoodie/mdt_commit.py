@@ -1,0 +1,301 @@
+"""What a table service's commit writes to the metadata table, and which tables it can keep exact.
+
+For a data commit T with ``HoodieCommitMetadata`` M (the metadata T completes with), Hudi 1.x's
+``HoodieBackedTableMetadataWriter.update(HoodieCommitMetadata)`` writes the MDT delta commit T
+with, per MDT partition (``HoodieTableMetadataUtil.convertMetadataToRecords``):
+
+- ``files``: one type-1 ``__all_partitions__`` record naming *every* partition of M's
+  ``partitionToWriteStats`` (``getPartitionsAdded`` takes them all, new or not), and one type-2
+  record per partition adding the file of each write stat with a path (the largest reported size
+  per name). Nothing is deleted: a clustering's replaced file groups stay listed until a clean
+  removes their files (``convertMetadataToFilesPartitionRecords``);
+- ``column_stats``: the stats of every new file (``convertMetadataToColumnStatsRecords``). A base
+  file's come from its parquet footer (``hoodie.mdt_colstats``); a log file's would come from the
+  records the append handle wrote, which hoodied does not compute: such a commit is refused;
+- ``partition_stats`` (``PartitionStatsIndexer`` / ``convertMetadataToPartitionStatRecords``):
+  per partition of M, with ``column_stats`` available ("tight bound"): the stats of M's new
+  files plus the ``column_stats`` records the MDT holds for the files of the partition's latest
+  file slices (pending ones included: the new files are in them), merged per column, written with
+  ``isTightBound`` true so readers replace rather than widen the older record;
+- ``bloom_filters``: for every new *base* file, its footer's bloom filter (the Base64 text as
+  UTF-8 bytes), type = the writer's ``hoodie.bloom.index.filter.type`` (DYNAMIC_V0), timestamp T
+  (``convertMetadataToBloomFilterRecords``; delta write stats get none);
+- ``record_index``: nothing for ``COMPACT`` (``convertMetadataToRecordIndexRecords`` returns
+  early); a clustering passes its moved keys (``record_index`` argument);
+- secondary indexes: nothing for ``COMPACT`` and ``CLUSTER``
+  (``updateSecondaryIndexIfPresent`` / ``getSecondaryIndexUpdates`` return early: the
+  record key -> secondary key mapping does not change).
+
+``LOG_COMPACT`` is not among Hudi's early returns: its column stats of the new log file come
+from the appended records, its record-index records are the deletes of the new log file and the
+secondary indexes are recomputed from the file slice. hoodied keeps only ``files`` and
+``bloom_filters`` exact for a log compaction (``maintained_partitions``); a table with any other
+MDT partition is refused by ``require_commit_maintainable`` before anything is written.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from hoodie.basefile import KEY_BLOOM
+from hoodie.errors import HoodieFormatError, UnsupportedTableError
+from hoodie.filenames import BaseFileName
+from hoodie.fsview import FileSystemView, list_storage
+from hoodie.mdt_colstats import (
+    ColumnRange,
+    ValueType,
+    column_ranges,
+    column_stats_columns,
+    column_stats_records,
+    index_definitions,
+    partition_stats_records,
+    read_parquet_metadata,
+)
+from hoodie.mdt_encode import (
+    BLOOM_FILTERS,
+    COLUMN_STATS,
+    FILES,
+    PARTITION_STATS,
+    RECORD_INDEX,
+    MetadataRecord,
+    bloom_filter_key,
+    empty_record,
+    files_record,
+    hash_id_64,
+    partition_list_record,
+)
+from hoodie.mdt_merge import merge_file_slice
+from hoodie.mdt_records import RecordType, partition_to_key
+from hoodie.mdt_writer import require_mdt_maintainable
+from hoodie.metadata import MetadataTable
+from hoodie.properties import TableConfig
+from hoodie.storage import Storage
+from hoodie.timeline import Timeline
+
+__all__ = [
+    "CLUSTER",
+    "COMPACT",
+    "LOG_COMPACT",
+    "SECONDARY_INDEX_PREFIX",
+    "commit_mdt_records",
+    "maintained_partitions",
+    "require_commit_maintainable",
+]
+
+COMPACT = "COMPACT"
+LOG_COMPACT = "LOG_COMPACT"
+CLUSTER = "CLUSTER"
+SECONDARY_INDEX_PREFIX = "secondary_index_"
+#: ``hoodie.bloom.index.filter.type``: the type Hudi records in ``bloom_filters`` (its default).
+BLOOM_TYPE_PROPERTY = "hoodie.bloom.index.filter.type"
+DEFAULT_BLOOM_TYPE = "DYNAMIC_V0"
+
+#: Per operation, the MDT partitions whose records hoodied writes exactly as Hudi (secondary
+#: indexes: every ``secondary_index_*``, when the operation leaves them unchanged).
+_MAINTAINED: dict[str, tuple[frozenset[str], bool]] = {
+    COMPACT: (frozenset({FILES, COLUMN_STATS, PARTITION_STATS, BLOOM_FILTERS, RECORD_INDEX}), True),
+    CLUSTER: (frozenset({FILES, COLUMN_STATS, PARTITION_STATS, BLOOM_FILTERS, RECORD_INDEX}), True),
+    LOG_COMPACT: (frozenset({FILES, BLOOM_FILTERS}), False),
+}
+#: Wrapper names of a table version 8 ("V1") column stats value -> the value type it stands for.
+_V1_WRAPPERS = {
+    "BooleanWrapper": ValueType.BOOLEAN, "IntWrapper": ValueType.INT, "LongWrapper": ValueType.LONG,
+    "FloatWrapper": ValueType.FLOAT, "DoubleWrapper": ValueType.DOUBLE,
+    "StringWrapper": ValueType.STRING, "BytesWrapper": ValueType.BYTES,
+}
+
+
+def _operation_rules(operation: str) -> tuple[frozenset[str], bool]:
+    rules = _MAINTAINED.get(operation)
+    if rules is None:
+        raise UnsupportedTableError(
+            f"operation {operation}: hoodied writes metadata-table delta commits for "
+            f"{', '.join(sorted(_MAINTAINED))} only"
+        )
+    return rules
+
+
+def maintained_partitions(config: TableConfig, operation: str) -> list[str]:
+    """The table's declared MDT partitions that a commit of ``operation`` keeps exact."""
+    fixed, secondary = _operation_rules(operation)
+    declared = [*config.metadata_partitions, *config.metadata_partitions_inflight]
+    return [p for p in declared if p in fixed or (secondary and p.startswith(SECONDARY_INDEX_PREFIX))]
+
+
+def require_commit_maintainable(storage: Storage, config: TableConfig, operation: str, what: str) -> None:
+    """Refuse ``what`` (nothing written) when a commit of ``operation`` could not keep this table's
+    metadata table exact. A table without a metadata table always passes."""
+    require_mdt_maintainable(storage, config, what, maintained_partitions(config, operation))
+    if operation == CLUSTER and RECORD_INDEX in config.metadata_partitions:
+        options = (index_definitions(storage, config.props).get(RECORD_INDEX) or {}).get("indexOptions") or {}
+        if str(options.get("isPartitioned", "false")).lower() == "true":
+            raise UnsupportedTableError(
+                f"{storage.base_uri}: MDT partition record_index is a partitioned record index; {what} "
+                "cannot keep it exact (nothing was changed)"
+            )
+
+
+# ---------------------------------------------------------------------------- the records
+
+
+def _new_files(commit_metadata: Mapping[str, Any]) -> dict[str, dict[str, int]]:
+    """Partition -> file name -> size of every write stat with a path (largest size per name)."""
+    out: dict[str, dict[str, int]] = {}
+    for partition, stats in (commit_metadata.get("partitionToWriteStats") or {}).items():
+        files = out.setdefault(partition, {})
+        for stat in stats or ():
+            path = stat.get("path")
+            if not path:
+                continue  # an empty partition: Hudi skips the stat too
+            if stat.get("cdcStats"):
+                raise UnsupportedTableError(f"{path}: write stat with CDC files; hoodied writes no CDC logs")
+            name = path.rsplit("/", 1)[-1]
+            files[name] = max(files.get(name, 0), int(stat.get("fileSizeInBytes") or 0))
+    return out
+
+
+def _bloom_record(
+    storage: Storage, partition: str, name: str, instant_time: str, bloom_type: str
+) -> MetadataRecord:
+    path = f"{partition}/{name}" if partition else name
+    footer = read_parquet_metadata(storage, path).metadata or {}
+    text = footer.get(KEY_BLOOM.encode())
+    if not text:
+        raise HoodieFormatError(f"{path}: base file has no bloom filter in its footer")
+    key = bloom_filter_key(partition, name)
+    record = empty_record(key, RecordType.BLOOM_FILTER)
+    record["BloomFilterMetadata"] = {
+        "type": bloom_type, "timestamp": instant_time, "bloomFilter": bytes(text), "isDeleted": False,
+    }
+    return key, record
+
+
+def _file_ranges(
+    storage: Storage, partition: str, names: Iterable[str], columns: tuple[str, ...], version: int
+) -> list[ColumnRange]:
+    ranges: list[ColumnRange] = []
+    for name in names:
+        if BaseFileName.parse(name) is None:
+            raise UnsupportedTableError(
+                f"{partition}/{name}: MDT partition column_stats needs the stats of the records appended "
+                "to this log file, which hoodied does not compute (nothing was changed)"
+            )
+        path = f"{partition}/{name}" if partition else name
+        ranges.extend(column_ranges(read_parquet_metadata(storage, path), name, columns, version))
+    return ranges
+
+
+def _unwrap(value: Any) -> tuple[str | None, Any]:
+    """A min/max union value read with record names -> (wrapper name, primitive)."""
+    if value is None:
+        return None, None
+    name, inner = value if isinstance(value, tuple) else (None, value)
+    return (name.rsplit(".", 1)[-1] if name else None), (inner or {}).get("value")
+
+
+def _stored_range(payload: Mapping[str, Any], where: str) -> ColumnRange:
+    """``HoodieColumnRangeMetadata.fromColumnStats``: an MDT column stats record as a range."""
+    (low_name, low), (high_name, high) = _unwrap(payload.get("minValue")), _unwrap(payload.get("maxValue"))
+    value_type = payload.get("valueType")
+    value_type = value_type[1] if isinstance(value_type, tuple) else value_type
+    if value_type is not None:
+        vtype, info = ValueType(value_type["typeOrdinal"]), value_type.get("additionalInfo")
+    else:  # table version 8: the wrapper says what the value is
+        wrapper = low_name or high_name
+        vtype, info = _V1_WRAPPERS.get(wrapper or "", ValueType.NULL), None
+        if wrapper is not None and wrapper not in _V1_WRAPPERS:
+            raise UnsupportedTableError(f"{where}: column stats value of {wrapper} is not merged by hoodied")
+    return ColumnRange(
+        payload["fileName"], payload["columnName"], vtype, info, low, high,
+        int(payload.get("nullCount") or 0), int(payload.get("valueCount") or 0),
+        int(payload.get("totalSize") or 0), int(payload.get("totalUncompressedSize") or 0),
+    )
+
+
+def _latest_file_names(storage: Storage, config: TableConfig, timeline: Timeline, partition: str) -> set[str]:
+    """Base and log file names of a partition's latest file slices, pending writes included
+    (``getLatestFileSlicesIncludingInflight``; replaced file groups left out)."""
+    listing = {partition: list_storage(storage, config).get(partition, [])}
+    view = FileSystemView.build(listing, timeline, config, include_pending=True)
+    names: set[str] = set()
+    for fs in view.latest_slices(partition):
+        if fs.base_file is not None:
+            names.add(fs.base_file.file_name)
+        names.update(lf.file_name for lf in fs.log_files)
+    return names
+
+
+def _stored_partition_ranges(
+    mdt: MetadataTable, partition: str, columns: tuple[str, ...], files: set[str]
+) -> list[ColumnRange]:
+    """The ``column_stats`` records the MDT holds for ``files`` of one data partition."""
+    prefixes = tuple(hash_id_64(c) + hash_id_64(partition_to_key(partition)) for c in columns)
+    out: list[ColumnRange] = []
+    for fs in mdt.file_slices(COLUMN_STATS):
+        merged = merge_file_slice(mdt.storage, mdt.timeline, fs.base_file, list(fs.log_files))
+        for key, entry in sorted(merged.entries.items()):
+            if not key.startswith(prefixes):
+                continue
+            payload = entry.record.get("ColumnStatsMetadata")
+            payload = payload[1] if isinstance(payload, tuple) else payload
+            if payload is None or payload.get("isDeleted") or payload.get("fileName") not in files:
+                continue
+            out.append(_stored_range(payload, f"{mdt.storage.base_uri}/{COLUMN_STATS}"))
+    return out
+
+
+def commit_mdt_records(
+    data_storage: Storage,
+    data_config: TableConfig,
+    instant_time: str,
+    commit_metadata: Mapping[str, Any],
+    *,
+    record_index: Sequence[MetadataRecord] = (),
+) -> dict[str, list[MetadataRecord]]:
+    """The MDT records, per MDT partition, of data commit ``instant_time`` completing with
+    ``commit_metadata`` (see the module docstring). The caller has passed
+    ``require_commit_maintainable``; its new files are written, the instant is not completed."""
+    operation = str(commit_metadata.get("operationType") or "")
+    _operation_rules(operation)
+    declared = set(data_config.metadata_partitions)
+    version = data_config.version
+    new = _new_files(commit_metadata)
+    out: dict[str, list[MetadataRecord]] = {
+        FILES: [partition_list_record(sorted(new))] + [files_record(p, f) for p, f in sorted(new.items())]
+    }
+    if BLOOM_FILTERS in declared:
+        bloom_type = data_config.props.get(BLOOM_TYPE_PROPERTY, DEFAULT_BLOOM_TYPE)
+        out[BLOOM_FILTERS] = [
+            _bloom_record(data_storage, p, name, instant_time, bloom_type)
+            for p, files in sorted(new.items())
+            for name in sorted(files) if BaseFileName.parse(name) is not None
+        ]
+    columns = column_stats_columns(data_storage, data_config.props) or ()
+    ranges = {p: _file_ranges(data_storage, p, sorted(files), columns, version)
+              for p, files in sorted(new.items())} if COLUMN_STATS in declared else {}
+    if COLUMN_STATS in declared:
+        out[COLUMN_STATS] = [r for p, rs in ranges.items() for r in column_stats_records(p, rs, version)]
+    if PARTITION_STATS in declared:
+        if COLUMN_STATS not in declared:  # Hudi: checkState(COLUMN_STATS.isMetadataPartitionAvailable)
+            raise UnsupportedTableError(
+                f"{data_storage.base_uri}: MDT partition partition_stats without column_stats "
+                "(nothing was changed)"
+            )
+        timeline = Timeline.load(data_storage, data_config)
+        mdt = MetadataTable.open(data_storage, data_config, timeline)
+        assert mdt is not None
+        stats: list[MetadataRecord] = []
+        for partition, partition_ranges in ranges.items():
+            latest = _latest_file_names(data_storage, data_config, timeline, partition) - set(new[partition])
+            stored = _stored_partition_ranges(mdt, partition, columns, latest)
+            # the commit's files first, then the stored ones (Hudi's order; the merge keeps the first
+            # range's value type, which a stored all-null column of table version 8 does not know)
+            stats.extend(partition_stats_records(partition, [*partition_ranges, *stored], version))
+        out[PARTITION_STATS] = stats
+    if record_index:
+        if RECORD_INDEX not in declared:
+            raise UnsupportedTableError(f"{data_storage.base_uri}: record index records, no record_index")
+        out[RECORD_INDEX] = list(record_index)
+    return {k: v for k, v in out.items() if v or k == FILES}
+
