@@ -42,7 +42,6 @@ by ``HOODIED_TEST_PAUSE_READY`` and sleep ``HOODIED_TEST_PAUSE_S`` seconds (defa
 from __future__ import annotations
 
 import itertools
-import json
 import logging
 import os
 import time
@@ -60,9 +59,7 @@ from hoodie import _writer_support as ws
 from hoodie.basefile import (
     COMMIT_TIME,
     FILE_NAME,
-    META_FIELDS,
     BaseFileWriter,
-    avro_schema_json,
     repeat_string,
 )
 from hoodie.errors import HoodieFormatError, InstantStateError, UnsupportedTableError
@@ -87,6 +84,7 @@ from hoodie.table import HoodieTable
 from hoodie.timeline import Timeline
 from hoodie.timeline_writer import TimelineWriter
 from hoodie.truetime import TimeSettings
+from hoodie.write_schema import write_schemas
 
 log = logging.getLogger(__name__)
 
@@ -276,17 +274,6 @@ class CompactionResult:
         )
 
 
-def _with_meta_fields(avro_schema: str, where: str) -> str:
-    """The table's Avro schema with Hudi's five meta fields first (``HoodieAvroUtils.addMetadataFields``)."""
-    try:
-        record = json.loads(avro_schema)
-    except json.JSONDecodeError as exc:
-        raise HoodieFormatError(f"{where}: the table's Avro schema is not JSON ({exc})") from None
-    fields = [f for f in record.get("fields") or [] if f.get("name") not in META_FIELDS]
-    meta = [{"name": n, "type": ["null", "string"], "doc": "", "default": None} for n in META_FIELDS]
-    return json.dumps({**record, "fields": meta + fields}, separators=(",", ":"))
-
-
 def prepare_job(
     storage: Storage, config: TableConfig, timeline: Timeline, inst: Instant, plan: CompactionPlan
 ) -> tuple[CompactionJob, str | None]:
@@ -308,13 +295,10 @@ def prepare_job(
                 f"{where}: file group {op.file_id} in partition {op.partition_path!r} is planned twice"
             )
         seen.add(key)
-    table = HoodieTable(storage, config, timeline)
-    schema = table.schema()
-    avro = table.avro_schema()
-    footer = _with_meta_fields(avro, where) if avro else avro_schema_json(schema, config.name)
-    job = CompactionJob(storage, config, timeline, inst.requested_time, schema, footer, tuple(slices),
-                        _pause_settings())
-    return job, avro
+    schemas = write_schemas(HoodieTable(storage, config, timeline), where)
+    job = CompactionJob(storage, config, timeline, inst.requested_time, schemas.arrow, schemas.footer,
+                        tuple(slices), _pause_settings())
+    return job, schemas.table
 
 
 def _slice(storage: Storage, op: CompactionOperation, where: str) -> FileSlice:
