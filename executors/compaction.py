@@ -29,12 +29,21 @@ keys of the same group); ``numUpdateWrites`` the remaining rows that came from l
 
 A compaction that is inflight when ``execute_compaction`` starts is a failed attempt (or a
 live one: its heartbeat says which); it is refused here and must be rolled back first, which
-``service.compaction.run_compaction`` does (the rollback-then-retry of Hudi). Tables with a
-metadata table are refused (hoodied's metadata-table writer does not handle compactions
-yet); so are tables without meta fields.
+``service.compaction.run_compaction`` does (the rollback-then-retry of Hudi). Tables without
+meta fields are refused.
+
+Tables with a metadata table (versions 8 and 9): after the markers are reconciled, under the
+same lock, the MDT delta commit T is written and completed
+(``hoodie.mdt_commit.write_commit_to_metadata_table``: the new base files in ``files``, their
+``column_stats`` and ``bloom_filters``, tight-bound ``partition_stats``), then the data instant
+T. A crash in between leaves a completed MDT T under a pending data T, which readers ignore;
+the rollback of the failed attempt rolls it back, and a retry that finds one rolls it back
+first. A table with an MDT partition a compaction cannot keep exact is refused before anything
+is written (``hoodie.mdt_commit.require_commit_maintainable``, the planner's rule).
 
 Test hook (as ``executors.clean``): ``HOODIED_TEST_PAUSE_AT`` = ``requested``, ``inflight``,
-``written`` (all tasks done, nothing committed) or ``task:<k>`` (every task of operation
+``written`` (all tasks done, nothing committed), ``mdt-log-written`` (an MDT log file of T
+written), ``mdt-done`` (MDT T completed, data T not) or ``task:<k>`` (every task of operation
 index >= k pauses after its marker, before its file) makes the executor write the file named
 by ``HOODIED_TEST_PAUSE_READY`` and sleep ``HOODIED_TEST_PAUSE_S`` seconds (default 60).
 """
@@ -74,8 +83,8 @@ from hoodie.instant import Action, Instant, State
 from hoodie.locks import TableLock
 from hoodie.logfile import BlockType, delete_block_records, is_rollback_command, read_log_blocks
 from hoodie.markers import IOType, WriteMarkers
+from hoodie.mdt_commit import COMPACT, require_commit_maintainable, write_commit_to_metadata_table
 from hoodie.merge import MergeSpec
-from hoodie.metadata import require_no_metadata_table
 from hoodie.plans import CompactionOperation, CompactionPlan
 from hoodie.properties import TableConfig
 from hoodie.reader import read_file_slice
@@ -98,8 +107,9 @@ __all__ = [
     "prepare_job",
 ]
 
-#: Driver-side pause points of the test hook (``task:<k>`` pauses tasks).
-PAUSE_POINTS = ("requested", "inflight", "written")
+#: Driver-side pause points of the test hook (``task:<k>`` pauses tasks); the ``mdt-*`` ones are
+#: ``hoodie.crashpoints`` of the MDT delta commit (``hoodie.mdt_commit``).
+PAUSE_POINTS = ("requested", "inflight", "written", "mdt-log-written", "mdt-done")
 _PAUSE_ENV = "HOODIED_TEST_PAUSE_AT"
 _READY_ENV = "HOODIED_TEST_PAUSE_READY"
 _SLEEP_ENV = "HOODIED_TEST_PAUSE_S"
@@ -354,7 +364,7 @@ def execute_compaction(
     leaves the instant inflight without a heartbeat: a failed attempt. ``progress(done, total)``
     hears of completed operations while the job runs (``executors.engine.run_operations``).
     """
-    require_no_metadata_table(storage, config, "compaction")
+    require_commit_maintainable(storage, config, COMPACT, "compaction")
     if not config.populate_meta_fields:
         raise UnsupportedTableError(
             f"{storage.base_uri}: compaction of tables without meta fields (hoodie.populate.meta.fields="
@@ -400,10 +410,13 @@ def execute_compaction(
             raise InstantStateError(
                 f"{instant_time}: {len(rows)} task results for {len(job.slices)} operations"
             )
-        metadata = ws.commit_metadata(by_partition, "COMPACT", table_schema, compacted=True)
+        metadata = ws.commit_metadata(by_partition, COMPACT, table_schema, compacted=True)
         with lock:
             written = {s["path"] for s in result.write_stats}
             result.removed = WriteMarkers(storage, instant_time).reconcile(written)
+            # the MDT delta commit T completes before T does, as in Hudi (readers ignore it until then)
+            write_commit_to_metadata_table(storage, config, lock, instant_time, metadata,
+                                           time_settings=time_settings)
             lock.ensure_held()
             result.instant = writer.complete(
                 instant_time, Action.COMPACTION, ws.encode_commit_metadata(metadata, config.version)

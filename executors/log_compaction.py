@@ -32,10 +32,16 @@ written. Markers and the heartbeat go afterwards.
 
 An inflight log compaction is a failed attempt (or a live one, by its heartbeat): refused
 here, rolled back by ``service.cli_services.rollback_failed_attempt`` (markers name the log
-files to delete), then re-executed from the plan. Tables with a metadata table are refused.
+files to delete), then re-executed from the plan. Tables with a metadata table: the MDT delta
+commit T (the new log files in ``files``) is written and completed under the lock right before T
+(``hoodie.mdt_commit.write_commit_to_metadata_table``); tables with an MDT partition a log
+compaction cannot keep exact (anything but ``files`` and ``bloom_filters``: Hudi derives
+column stats, record-index deletes and secondary-index changes from the appended records) are
+refused before anything is written.
 
 Test hook (``hoodie.crashpoints``): ``requested``, ``inflight``, ``written`` (all tasks done,
-nothing committed) on the driver, ``task:<k>`` in the task of operation ``k`` after its marker.
+nothing committed), ``mdt-log-written``, ``mdt-done`` on the driver, ``task:<k>`` in the task
+of operation ``k`` after its marker.
 """
 
 from __future__ import annotations
@@ -81,6 +87,7 @@ from hoodie.logfile import (
     write_log_file,
 )
 from hoodie.markers import IOType, WriteMarkers
+from hoodie.mdt_commit import write_commit_to_metadata_table
 from hoodie.merge import MergedLogRecords, MergeSpec
 from hoodie.plans import CompactionPlan
 from hoodie.properties import TableConfig
@@ -357,6 +364,9 @@ def execute_log_compaction(
         with lock:
             written = {s["path"] for s in result.write_stats}
             result.removed = WriteMarkers(storage, instant_time).reconcile(written)
+            # the MDT delta commit T completes before T does, as in Hudi (readers ignore it until then)
+            write_commit_to_metadata_table(storage, config, lock, instant_time, metadata,
+                                           time_settings=time_settings)
             lock.ensure_held()
             result.instant = writer.complete(
                 instant_time, Action.LOG_COMPACTION, ws.encode_commit_metadata(metadata, config.version)

@@ -6,14 +6,15 @@
 log-compact: copy-on-write tables (no log files); table version 6, whose log files carry the
 slice's base instant (a failed attempt could not be undone by deleting its files, and Hudi 0.x
 readers honour ``COMPACTED_BLOCK_TIMES`` only with the optimized log-block scan switched on);
-tables without meta fields; tables with a metadata table (hoodied does not write the
-metadata-table commit of a log compaction yet).
+tables without meta fields; tables with an MDT partition a log compaction's MDT delta commit
+cannot keep exact (``hoodie.mdt_commit.require_commit_maintainable``: only ``files`` and
+``bloom_filters`` are).
 """
 
 from __future__ import annotations
 
 from hoodie.errors import UnsupportedTableError
-from hoodie.metadata import require_no_metadata_table
+from hoodie.mdt_commit import require_commit_maintainable
 from hoodie.properties import TableConfig
 from hoodie.storage import Storage
 
@@ -41,4 +42,4 @@ def require_log_compaction_supported(storage: Storage, config: TableConfig) -> N
             f"{where}: log compaction of tables without meta fields (hoodie.populate.meta.fields=false) "
             "is not supported"
         )
-    require_no_metadata_table(storage, config, "log compaction")
+    require_commit_maintainable(storage, config, LOG_COMPACTION_OPERATION, "log compaction")

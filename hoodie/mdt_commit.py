@@ -26,6 +26,11 @@ with, per MDT partition (``HoodieTableMetadataUtil.convertMetadataToRecords``):
   (``updateSecondaryIndexIfPresent`` / ``getSecondaryIndexUpdates`` return early: the
   record key -> secondary key mapping does not change).
 
+``write_commit_to_metadata_table`` writes and completes that delta commit (``MetadataWriter``:
+a partial or orphaned MDT delta commit T of an earlier attempt is rolled back first), with the
+crash points ``mdt-log-written`` (after each MDT log file) and ``mdt-done`` (MDT T completed,
+data T not yet).
+
 ``LOG_COMPACT`` is not among Hudi's early returns: its column stats of the new log file come
 from the appended records, its record-index records are the deletes of the new log file and the
 secondary indexes are recomputed from the file slice. hoodied keeps only ``files`` and
@@ -39,9 +44,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from hoodie.basefile import KEY_BLOOM
+from hoodie.crashpoints import crash_point
 from hoodie.errors import HoodieFormatError, UnsupportedTableError
 from hoodie.filenames import BaseFileName
 from hoodie.fsview import FileSystemView, list_storage
+from hoodie.instant import Instant
+from hoodie.locks import TableLock
 from hoodie.mdt_colstats import (
     ColumnRange,
     ValueType,
@@ -67,11 +75,12 @@ from hoodie.mdt_encode import (
 )
 from hoodie.mdt_merge import merge_file_slice
 from hoodie.mdt_records import RecordType, partition_to_key
-from hoodie.mdt_writer import require_mdt_maintainable
-from hoodie.metadata import MetadataTable
+from hoodie.mdt_writer import MetadataWriter, require_mdt_maintainable
+from hoodie.metadata import MetadataTable, metadata_table_in_use
 from hoodie.properties import TableConfig
 from hoodie.storage import Storage
 from hoodie.timeline import Timeline
+from hoodie.truetime import TimeSettings
 
 __all__ = [
     "CLUSTER",
@@ -81,6 +90,7 @@ __all__ = [
     "commit_mdt_records",
     "maintained_partitions",
     "require_commit_maintainable",
+    "write_commit_to_metadata_table",
 ]
 
 COMPACT = "COMPACT"
@@ -299,3 +309,25 @@ def commit_mdt_records(
         out[RECORD_INDEX] = list(record_index)
     return {k: v for k, v in out.items() if v or k == FILES}
 
+
+
+def write_commit_to_metadata_table(
+    data_storage: Storage,
+    data_config: TableConfig,
+    lock: TableLock,
+    instant_time: str,
+    commit_metadata: Mapping[str, Any],
+    *,
+    time_settings: TimeSettings | None = None,
+    record_index: Sequence[MetadataRecord] = (),
+) -> Instant | None:
+    """Write and complete the MDT delta commit of data commit ``instant_time`` (the caller holds
+    ``lock`` and completes the data instant right after); None for a table without an MDT."""
+    if metadata_table_in_use(data_storage, data_config) is None:
+        return None
+    records = commit_mdt_records(data_storage, data_config, instant_time, commit_metadata,
+                                 record_index=record_index)
+    writer = MetadataWriter(data_storage, data_config, lock, time_settings=time_settings)
+    done = writer.write_deltacommit(instant_time, records, after_log=lambda: crash_point("mdt-log-written"))
+    crash_point("mdt-done")
+    return done

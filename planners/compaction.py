@@ -35,8 +35,9 @@ partition path and the metrics of ``FileSliceMetricUtils`` (``TOTAL_LOG_FILES``,
 in whole MB). ``schedule_compaction`` writes it as ``<T>.compaction.requested`` under the
 table lock with a TrueTime instant ``T``.
 
-Tables with a metadata table are refused: the compaction's commit must reach the metadata
-table, and hoodied's metadata-table writer does not handle compactions yet.
+Tables with a metadata table are planned when the compaction's MDT delta commit can keep every
+MDT partition exact (``hoodie.mdt_commit.require_commit_maintainable``); others are refused
+with nothing written.
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ from hoodie.errors import InstantStateError, UnsupportedTableError
 from hoodie.fsview import FilesByPartition, FileSlice, FileSystemView, LogFile, list_storage
 from hoodie.instant import WRITE_ACTIONS, Action, Instant, State
 from hoodie.locks import TableLock
-from hoodie.metadata import require_no_metadata_table
+from hoodie.mdt_commit import COMPACT, require_commit_maintainable
 from hoodie.plans import compaction_operation
 from hoodie.properties import TableConfig, load_table_config
 from hoodie.storage import Storage
@@ -376,7 +377,7 @@ def schedule_compaction(
     requested instant (``None`` when nothing is due or on a dry run) and the plan result.
     """
     config = load_table_config(storage)
-    require_no_metadata_table(storage, config, "compaction")
+    require_commit_maintainable(storage, config, COMPACT, "compaction")
     if not config.is_mor:
         raise UnsupportedTableError(
             f"{storage.base_uri}: compaction needs a MERGE_ON_READ table, not {config.table_type.value}"

@@ -28,7 +28,8 @@ writes it as ``<T>.logcompaction.requested`` under the table lock with a TrueTim
 Table version 6 is refused: its log files carry the slice's base instant, so the attempt's
 output cannot be rolled back by deleting files, and Hudi 0.x readers only honour
 ``COMPACTED_BLOCK_TIMES`` with the optimized scan switched on. Tables with a metadata table
-are refused until hoodied writes the metadata-table commit of a log compaction.
+are planned when the log compaction's MDT delta commit keeps every MDT partition exact
+(``hoodie.log_compaction.require_log_compaction_supported``).
 """
 
 from __future__ import annotations
