@@ -326,6 +326,17 @@ def _kill_driver(proc: subprocess.Popen[bytes]) -> None:
     pytest.fail("the killed driver's Spark processes outlived it by 30 s")
 
 
+def start_execute(root: Path, point: str, ready: Path) -> subprocess.Popen[bytes]:
+    """``hoodied execute`` in its own process group, told to pause at crash point ``point``."""
+    env = dict(os.environ, PYTHONPATH=str(PROJECT), HOODIED_TEST_PAUSE_AT=point,
+               HOODIED_TEST_PAUSE_READY=str(ready), HOODIED_TEST_PAUSE_S="120")
+    return subprocess.Popen(
+        [sys.executable, "-c", "from service.cli import main; main()", "execute", str(root),
+         "--spark", "local[2]", *HEARTBEAT, *SKEW],
+        env=env, cwd=PROJECT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+    )
+
+
 @pytest.mark.parametrize("point", ["task:1", "written"])
 def test_kill_9_then_rollback_and_completion(tmp_path: Path, spark: Session, point: str) -> None:
     root = tmp_path / "table"
@@ -335,13 +346,7 @@ def test_kill_9_then_rollback_and_completion(tmp_path: Path, spark: Session, poi
     plan = _plan(root, t)
     assert len(plan["operations"]) >= 3
     ready = tmp_path / "ready"
-    env = dict(os.environ, PYTHONPATH=str(PROJECT), HOODIED_TEST_PAUSE_AT=point,
-               HOODIED_TEST_PAUSE_READY=str(ready), HOODIED_TEST_PAUSE_S="120")
-    proc = subprocess.Popen(
-        [sys.executable, "-c", "from service.cli import main; main()", "execute", str(root),
-         "--spark", "local[2]", *HEARTBEAT, *SKEW],
-        env=env, cwd=PROJECT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
-    )
+    proc = start_execute(root, point, ready)
     first = plan["operations"][0]
     # task:1 -> operation 0 finished (its file is there), the later ones wait after their marker
     first_done = [] if point == "written" else [root / first["partitionPath"]]

@@ -211,8 +211,11 @@ def test_nothing_to_compact_in_a_compacted_table(hudi_table) -> None:  # type: i
 
 
 def test_refusals(hudi_table) -> None:  # type: ignore[no-untyped-def]
-    with pytest.raises(UnsupportedTableError, match="metadata table .* metadata-table writer"):
-        _schedule(hudi_table("mor/avro/v8_trips_8i3u1d"))
+    meta = hudi_table("mor/avro/v8_trips_8i3u1d")  # an MDT partition no compaction keeps exact
+    props = meta / ".hoodie" / "hoodie.properties"
+    props.write_text(props.read_text().replace("record_index,", "record_index,expr_index_ts_day,"))
+    with pytest.raises(UnsupportedTableError, match="MDT partition expr_index_ts_day is not maintained"):
+        _schedule(meta)
     with pytest.raises(UnsupportedTableError, match="MERGE_ON_READ"):
         _schedule(hudi_table("cow/v6_nonpartitioned"))
 
