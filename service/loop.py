@@ -23,6 +23,9 @@ Dispatch rules:
 - per table, the oldest pending instant that is ready goes first (pending work before new
   plans); across tables, higher ``priority`` first, then the oldest instant;
 - at most ``concurrency.workers`` jobs, and ``concurrency.per_service`` per service;
+- the first cycle after start, which parses every timeline, dispatches after each batch of
+  tables (``POLL_BATCH``), so work starts before the last table is read; from then on the
+  order above holds across all tables;
 - an instant without an executor, or one its executor does not support, waits untouched;
   an inflight instant whose heartbeat is alive belongs to another executor.
 
@@ -302,6 +305,10 @@ class Daemon:
             for book in (ts.failures, ts.holds, ts.waiting):
                 for key in [k for k in book if not k.startswith("plan:") and k not in live]:
                     del book[key]
+        if self.last_cycle_end is None:
+            # the first cycle parses every timeline (minutes for 10,000 tables): work starts
+            # with the tables polled so far instead of waiting for the last one
+            self._dispatch()
 
     def _poll_failed(self, ts: TableState, exc: Exception) -> None:
         message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__

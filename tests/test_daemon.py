@@ -13,6 +13,7 @@ import os
 import shutil
 import signal
 import subprocess
+import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -41,7 +42,7 @@ from service.cli import cli
 from service.cli_daemon import _flag_overrides, render_status
 from service.config import ConfigError, DaemonConfig, load_config
 from service.executors import JobContext, Registry, default_registry, register_executor, register_planner
-from service.loop import Daemon
+from service.loop import POLL_BATCH, Daemon
 
 PROJECT = Path(__file__).resolve().parent.parent
 #: Tables where a clean is due with two commits retained (and no metadata table).
@@ -427,3 +428,58 @@ def test_status_command_reads_a_running_daemon(tmp_path: Path) -> None:
         proc.communicate()
     missing = CliRunner().invoke(cli, ["status", "--http", f"127.0.0.1:{port}"])
     assert missing.exit_code == 1 and "no daemon answers" in missing.stderr
+
+
+# ---------------------------------------------------------------------------- the first cycle
+
+
+def test_the_first_cycle_starts_work_before_the_last_table_is_polled(tmp_path: Path) -> None:
+    """A restart over many tables parses every timeline once; work must not wait for the last.
+
+    One poll thread reads the tables in batches of ``POLL_BATCH``, in the order of the settings.
+    The first table holds a requested clean; every table after the first batch is held up in
+    its poll (a trigger check, called for every table polled) until that clean has started, or
+    at most 10 s: without the early dispatch the clean would start only after the whole cycle.
+    """
+    (first,) = _copies(tmp_path, DUE[:1])
+    scheduled = CliRunner().invoke(cli, ["schedule", "clean", str(first), "--retained", "1",
+                                         "--clock-skew-ms", "5"])
+    assert scheduled.exit_code == 0 and "clean requested" in scheduled.stdout, scheduled.output
+    others = [unzip_table(require_fixture("cow/v8_empty"), tmp_path / "others" / str(i))
+              for i in range(POLL_BATCH + 8)]
+    started = threading.Event()
+    seen: list[float | None] = []
+    polled = Counter[str]()
+    daemon: Daemon | None = None
+    clean = default_registry().executor_for(Action.CLEAN)
+    assert clean is not None
+
+    def run_clean(ctx: JobContext) -> str:
+        assert daemon is not None
+        seen.append(daemon.last_cycle_end)  # None: the first cycle is still going
+        started.set()
+        return clean.run(ctx)
+
+    def compaction_due(timeline: Timeline, policy: Any) -> None:
+        polled["tables"] += 1
+        if polled["tables"] > POLL_BATCH:
+            started.wait(10)
+        return None
+
+    registry = Registry()
+    register_executor(Action.CLEAN, run_clean, resumes_inflight=True, registry=registry)
+    register_planner("compaction", compaction_due, lambda ctx: None, registry=registry)  # type: ignore[arg-type,return-value]
+    settings = load_config(overrides={
+        **FAST, "tables": [str(first), *map(str, others)], "http": "off",
+        "concurrency": {"poll_threads": 1}, "defaults": {"services": {"compaction": {"schedule": True}}},
+    })
+    daemon = Daemon(settings, once=True, registry=registry)
+
+    async def main() -> int:
+        with anyio.fail_after(60):
+            return await daemon.run()
+
+    assert anyio.run(main) == 0
+    assert seen == [None]
+    assert polled["tables"] >= len(others) + 1
+    assert [c.state for c in _cleans(first)] == [State.COMPLETED]
