@@ -290,3 +290,15 @@ def jackson_pretty(value: Any, indent: int = 0) -> str:
             return "[ ]"
         return "[ " + ", ".join(jackson_pretty(v, indent) for v in value) + " ]"
     return json.dumps(value)
+
+
+def encode_replace_commit_metadata(meta: Mapping[str, Any], table_version: int) -> bytes:
+    """Bytes of a completed replacecommit: ``HoodieReplaceCommitMetadata`` Avro for v8/v9, and for
+    v6 Jackson JSON of the POJO (the commit fields, then ``partitionToReplaceFileIds``)."""
+    if table_version >= 8:
+        return write_single_record(dict(meta), "HoodieReplaceCommitMetadata")
+    doc = _pojo(meta)
+    doc["partitionToReplaceFileIds"] = {
+        p: list(ids) for p, ids in (meta.get("partitionToReplaceFileIds") or {}).items()
+    }
+    return jackson_pretty(doc).encode("utf-8")

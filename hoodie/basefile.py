@@ -27,6 +27,7 @@ import contextlib
 import json
 import logging
 import math
+import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -316,6 +317,14 @@ class BaseFileWriter:
         self._rows += batch.num_rows
         while self._pending_rows >= self._rg_rows:
             self._flush(self._rg_rows)
+
+    @property
+    def bytes_written(self) -> int:
+        """Bytes of the row groups flushed so far (what a size-bounded writer checks between batches)."""
+        try:
+            return os.path.getsize(self._out.path)
+        except OSError:
+            return 0
 
     def _flush(self, rows: int) -> None:
         table = pa.Table.from_batches(self._pending, schema=self._schema)

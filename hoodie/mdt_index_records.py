@@ -20,6 +20,7 @@ from __future__ import annotations
 import re
 import uuid
 from collections.abc import Iterable
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -44,6 +45,7 @@ __all__ = [
     "encode_index_base_file",
     "escape_key",
     "partition_stats_cells",
+    "record_index_record",
     "record_index_value",
     "secondary_index_file_group",
     "secondary_index_key",
@@ -60,14 +62,19 @@ _UUID_FILE_ID = re.compile(r"([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0
 
 
 def record_index_value(partition: str, file_id: str, instant_millis: int, table_version: int) -> bytes:
-    """``HoodieMetadataPayload.createRecordIndexUpdate`` with the UUID file id encoding (0)."""
+    """``HoodieMetadataPayload.createRecordIndexUpdate`` with the UUID file id encoding (0), encoded."""
+    return encode_value(record_index_record("", partition, file_id, instant_millis), table_version)
+
+
+def record_index_record(key: str, partition: str, file_id: str, instant_millis: int) -> dict[str, Any]:
+    """The ``record_index`` record of ``key`` (``createRecordIndexUpdate``, UUID file id encoding 0)."""
     m = _UUID_FILE_ID.fullmatch(file_id)
     if m is None:
         raise UnsupportedTableError(
             f"{partition}/{file_id}: file id is not <UUID>-<index>; its record index entry needs the raw "
             "file id encoding, which hoodied does not write")
     bits = uuid.UUID(m.group(1)).int
-    record = empty_record("", RecordType.RECORD_INDEX)
+    record = empty_record(key, RecordType.RECORD_INDEX)
     record["recordIndexMetadata"] = {
         "partitionName": partition,
         "fileIdHighBits": _signed64(bits >> 64),
@@ -78,7 +85,7 @@ def record_index_value(partition: str, file_id: str, instant_millis: int, table_
         "fileIdEncoding": 0,
         "position": None,
     }
-    return encode_value(record, table_version)
+    return record
 
 
 def _signed64(value: int) -> int:

@@ -20,7 +20,7 @@ import pyarrow as pa
 
 from hoodie.properties import TableType
 from hoodie.storage import LocalStorage
-from hoodie.writer import TableSpec, create_table
+from hoodie.writer import TableSpec, TableWriter, create_table
 
 SCHEMA = pa.schema([("id", pa.string()), ("ts", pa.int64()), ("city", pa.string()), ("v", pa.float64())])
 CITIES = ("sf", "ny", "la")
@@ -66,6 +66,11 @@ def _rows(keys: range | list[int], ts: int, v: float) -> list[dict[str, Any]]:
 
 def written_mor_table(root: Path, version: int = 9, *, partitioned: bool = True) -> list[str]:
     """A MOR table with many updates and deletes in log files; returns the instants written."""
+    return mor_table_writer(root, version, partitioned=partitioned).instants
+
+
+def mor_table_writer(root: Path, version: int = 9, *, partitioned: bool = True) -> TableWriter:
+    """``written_mor_table``, returning its writer (to write more after a service was planned)."""
     spec = TableSpec("trips", SCHEMA, "id", "city" if partitioned else None, "ts",
                      TableType.MERGE_ON_READ, version)
     writer = create_table(LocalStorage(str(root)), spec, max_file_rows=25)
@@ -82,4 +87,4 @@ def written_mor_table(root: Path, version: int = 9, *, partitioned: bool = True)
     writer.upsert(table(_rows(range(10, 60), 1, 9.0) + _rows(range(150, 170), 3, 3.0)))  # late: ts 1 loses
     writer.upsert(table(_rows(range(100, 140), 4, 4.0)), deletes=keys(_rows([5, 6, 8], 0, 0.0)))
     writer.upsert(table(_rows([0, 7, 14], 5, 5.0)))  # deleted keys come back
-    return writer.instants
+    return writer
