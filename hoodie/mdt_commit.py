@@ -223,35 +223,41 @@ def _stored_range(payload: Mapping[str, Any], where: str) -> ColumnRange:
     )
 
 
-def _latest_file_names(storage: Storage, config: TableConfig, timeline: Timeline, partition: str) -> set[str]:
-    """Base and log file names of a partition's latest file slices, pending writes included
-    (``getLatestFileSlicesIncludingInflight``; replaced file groups left out)."""
-    listing = {partition: list_storage(storage, config).get(partition, [])}
-    view = FileSystemView.build(listing, timeline, config, include_pending=True)
-    names: set[str] = set()
-    for fs in view.latest_slices(partition):
-        if fs.base_file is not None:
-            names.add(fs.base_file.file_name)
-        names.update(lf.file_name for lf in fs.log_files)
+def _latest_file_names(
+    storage: Storage, config: TableConfig, partitions: Iterable[str]
+) -> dict[str, set[str]]:
+    """Per partition, the base and log file names of its latest file slices, pending writes
+    included (``getLatestFileSlicesIncludingInflight``; replaced file groups left out)."""
+    wanted = set(partitions)
+    listing = {p: files for p, files in list_storage(storage, config).items() if p in wanted}
+    view = FileSystemView.build(listing, Timeline.load(storage, config), config, include_pending=True)
+    names: dict[str, set[str]] = {p: set() for p in wanted}
+    for partition in wanted:
+        for fs in view.latest_slices(partition):
+            if fs.base_file is not None:
+                names[partition].add(fs.base_file.file_name)
+            names[partition].update(lf.file_name for lf in fs.log_files)
     return names
 
 
-def _stored_partition_ranges(
-    mdt: MetadataTable, partition: str, columns: tuple[str, ...], files: set[str]
-) -> list[ColumnRange]:
-    """The ``column_stats`` records the MDT holds for ``files`` of one data partition."""
-    prefixes = tuple(hash_id_64(c) + hash_id_64(partition_to_key(partition)) for c in columns)
-    out: list[ColumnRange] = []
+def _stored_ranges(
+    mdt: MetadataTable, columns: tuple[str, ...], files: Mapping[str, set[str]]
+) -> dict[str, list[ColumnRange]]:
+    """Per data partition, the ``column_stats`` records the MDT holds for its ``files``
+    (Hudi reads them by key prefix: column + partition)."""
+    prefixes = {hash_id_64(c) + hash_id_64(partition_to_key(p)): p for p in files for c in columns}
+    out: dict[str, list[ColumnRange]] = {p: [] for p in files}
     for fs in mdt.file_slices(COLUMN_STATS):
         merged = merge_file_slice(mdt.storage, mdt.timeline, fs.base_file, list(fs.log_files))
         for key, entry in sorted(merged.entries.items()):
-            if not key.startswith(prefixes):
+            partition = prefixes.get(key[:24])  # two 12-character hashes
+            if partition is None:
                 continue
             payload = entry.record.get("ColumnStatsMetadata")
             payload = payload[1] if isinstance(payload, tuple) else payload
-            if payload is None or payload.get("isDeleted") or payload.get("fileName") not in files:
+            if payload is None or payload.get("isDeleted") or payload.get("fileName") not in files[partition]:
                 continue
-            out.append(_stored_range(payload, f"{mdt.storage.base_uri}/{COLUMN_STATS}"))
+            out[partition].append(_stored_range(payload, f"{mdt.storage.base_uri}/{COLUMN_STATS}"))
     return out
 
 
@@ -292,16 +298,15 @@ def commit_mdt_records(
                 f"{data_storage.base_uri}: MDT partition partition_stats without column_stats "
                 "(nothing was changed)"
             )
-        timeline = Timeline.load(data_storage, data_config)
-        mdt = MetadataTable.open(data_storage, data_config, timeline)
+        mdt = MetadataTable.open(data_storage, data_config, Timeline.load(data_storage, data_config))
         assert mdt is not None
+        latest = _latest_file_names(data_storage, data_config, ranges)
+        stored = _stored_ranges(mdt, columns, {p: latest[p] - set(new[p]) for p in ranges})
         stats: list[MetadataRecord] = []
         for partition, partition_ranges in ranges.items():
-            latest = _latest_file_names(data_storage, data_config, timeline, partition) - set(new[partition])
-            stored = _stored_partition_ranges(mdt, partition, columns, latest)
             # the commit's files first, then the stored ones (Hudi's order; the merge keeps the first
             # range's value type, which a stored all-null column of table version 8 does not know)
-            stats.extend(partition_stats_records(partition, [*partition_ranges, *stored], version))
+            stats.extend(partition_stats_records(partition, [*partition_ranges, *stored[partition]], version))
         out[PARTITION_STATS] = stats
     if record_index:
         if RECORD_INDEX not in declared:

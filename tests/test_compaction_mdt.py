@@ -49,6 +49,7 @@ V8 = "mor/avro/v8_trips_8i3u1d"
 V9 = "mor/avro/v9_txns_simple_meta"
 #: Hudi's last compaction of each fixture (a completed MDT delta commit T exists for it)
 HUDI_COMPACTIONS = {V8: "20251220210129235", V9: "20260307162618152"}
+HUDI_CLUSTERING = "20260307162619269"  # V9's clustering right after its compaction
 #: An index an indexing instant after that compaction built: (MDT partition, its MDT init instant)
 LATER_INDEXES = {V9: ("secondary_index_txn_date_idx", "00000000000000004")}
 
@@ -83,15 +84,16 @@ def _instant_of(name: str) -> str | None:
     return lf.instant_time if lf is not None else None
 
 
-def _cut_back_to_before(root: Path, fid: str, *, keep_mdt_t: bool) -> dict[str, Any]:
-    """Make Hudi's compaction T of fixture ``fid`` a failed attempt of a table whose history ends there.
+def _cut_back_to_before(root: Path, fid: str, *, keep_mdt_t: bool, t: str | None = None) -> dict[str, Any]:
+    """Make Hudi's compaction (or ``t``) T of fixture ``fid`` a failed attempt of a table whose
+    history ends there.
 
     Data and MDT instants after T go (timeline files and the files they wrote; the index a
     later indexing instant built too), T loses its data completion file. Its base files stay
     (the failed attempt's output); ``keep_mdt_t`` keeps Hudi's completed MDT delta commit T.
     Returns Hudi's commit metadata of T.
     """
-    t = HUDI_COMPACTIONS[fid]
+    t = t or HUDI_COMPACTIONS[fid]
     later_index, later_init = LATER_INDEXES.get(fid, ("", ""))
     storage = LocalStorage(str(root))
     config = load_table_config(storage)
@@ -160,16 +162,20 @@ def _check_mdt_deltacommit(root: Path, t: str) -> None:
 # ---------------------------------------------------------------------------- Hudi's own compaction
 
 
-@pytest.mark.parametrize("fid", [V8, V9])
-def test_mdt_records_of_hudis_compaction_are_byte_identical(fid: str, hudi_table) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("fid,t", [(V8, HUDI_COMPACTIONS[V8]), (V9, HUDI_COMPACTIONS[V9]),
+                                   (V9, HUDI_CLUSTERING)],
+                         ids=["v8-compaction", "v9-compaction", "v9-clustering"])
+def test_mdt_records_of_hudis_commit_are_byte_identical(fid: str, t: str, hudi_table) -> None:  # type: ignore[no-untyped-def]
+    """A clustering's record_index records come from the caller (the keys it moved): Hudi's are
+    passed; its replaced file groups stay listed in ``files``."""
     root = hudi_table(fid)
-    t = HUDI_COMPACTIONS[fid]
     hudi = _mdt_records(root, t, raw=True)
-    assert set(hudi) == {"files", "column_stats", "partition_stats"}
-    metadata = _cut_back_to_before(root, fid, keep_mdt_t=False)
+    moved = [(key, record) for key, record in _mdt_records(root, t).get("record_index", {}).items()]
+    assert set(hudi) == {"files", "column_stats", "partition_stats"} | ({"record_index"} if moved else set())
+    metadata = _cut_back_to_before(root, fid, keep_mdt_t=False, t=t)
     storage = LocalStorage(str(root))
     config = load_table_config(storage)
-    ours = commit_mdt_records(storage, config, t, metadata)
+    ours = commit_mdt_records(storage, config, t, metadata, record_index=moved)
     assert set(ours) == set(hudi)
     for partition, records in ours.items():
         cells = {key: encode_value(record, config.version) for key, record in records}
@@ -268,6 +274,33 @@ def test_an_mdt_partition_compaction_cannot_maintain_is_refused(hudi_table, spar
     with pytest.raises(UnsupportedTableError, match="MDT partition expr_index_ts_day is not maintained"):
         run_compaction(storage, InProcessLock(storage.base_uri), t, spark, time_settings=FAST)
     assert _snapshot(root) == before
+
+
+def test_log_compaction_records_list_the_new_log_files(hudi_table) -> None:  # type: ignore[no-untyped-def]
+    """A log compaction's MDT delta commit on a table whose MDT keeps ``files`` only: the new log
+    file with its size (Hudi lists log files like base files); column stats of a log file refused."""
+    root = hudi_table(V8)
+    storage = LocalStorage(str(root))
+    log = next(p for p in sorted(root.rglob(".*.log.*")) if p.relative_to(root).parts[0] != ".hoodie")
+    partition = log.parent.name
+    stat = {"fileId": LogFileName.parse(log.name).file_id, "path": f"{partition}/{log.name}",  # type: ignore[union-attr]
+            "partitionPath": partition, "fileSizeInBytes": log.stat().st_size, "logFiles": [log.name]}
+    metadata = {"partitionToWriteStats": {partition: [stat]}, "operationType": "LOG_COMPACT"}
+    t = "20991231000000000"
+    with pytest.raises(UnsupportedTableError, match="MDT partition column_stats needs the stats of the"):
+        commit_mdt_records(storage, load_table_config(storage), t, metadata)
+    props = root / ".hoodie" / "hoodie.properties"
+    text = props.read_text()
+    declared = ",".join(load_table_config(storage).metadata_partitions)
+    props.write_text(text.replace(f"hoodie.table.metadata.partitions={declared}",
+                                  "hoodie.table.metadata.partitions=files"))
+    config = load_table_config(storage)
+    ours = commit_mdt_records(storage, config, t, metadata)
+    assert list(ours) == ["files"]
+    (_, all_partitions), (key, files) = ours["files"]
+    assert all_partitions["filesystemMetadata"] == {partition: {"size": 0, "isDeleted": False}}
+    assert key == partition and files["filesystemMetadata"] == {
+        log.name: {"size": log.stat().st_size, "isDeleted": False}}
 
 
 def test_log_compaction_of_a_table_with_column_stats_is_refused(hudi_table) -> None:  # type: ignore[no-untyped-def]
