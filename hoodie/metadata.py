@@ -87,8 +87,8 @@ def metadata_table_in_use(storage: Storage, config: TableConfig) -> str | None:
 def require_no_metadata_table(storage: Storage, config: TableConfig, what: str) -> None:
     """Refuse ``what`` (a rollback...) on a table with a metadata table.
 
-    For services that do not write their metadata-table commit yet (cleans do:
-    ``hoodie.mdt_clean.require_clean_maintainable``); changing data files without the
+    For services that do not write their metadata-table commit yet (cleans, compactions and
+    log compactions do: ``hoodie.mdt_clean``, ``hoodie.mdt_commit``); changing data files without the
     matching metadata-table commit would corrupt what readers see, so nothing is changed.
     """
     why = metadata_table_in_use(storage, config)

@@ -23,6 +23,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
 import pytest
 from mor_tables import hudi_rs_rows
 from test_compaction import EVERYTHING, FAST, _kill_driver, _schedule, _wait, start_execute
@@ -35,7 +36,8 @@ from hoodie.instant import Action
 from hoodie.locks import InProcessLock
 from hoodie.logfile import BlockType, hfile_block_content, read_log_blocks
 from hoodie.mdt_commit import commit_mdt_records
-from hoodie.mdt_encode import encode_value
+from hoodie.mdt_encode import bloom_filter_key, encode_value
+from hoodie.mdt_records import RecordType
 from hoodie.metadata import METADATA_FOLDER
 from hoodie.properties import load_table_config
 from hoodie.storage import LocalStorage
@@ -182,6 +184,29 @@ def test_mdt_records_of_hudis_commit_are_byte_identical(fid: str, t: str, hudi_t
         assert cells == hudi[partition], partition
     # the partition stats are tight bounds over the latest slices (v9: not over the new files alone)
     assert all(r["ColumnStatsMetadata"]["isTightBound"] for _, r in ours["partition_stats"])
+
+
+def test_bloom_filter_records_of_new_base_files(hudi_table) -> None:  # type: ignore[no-untyped-def]
+    """``bloom_filters`` (no fixture has it): the footer's filter text of each new base file, the
+    writer's filter type (DYNAMIC_V0) and the instant; none for log files."""
+    root = hudi_table(V8)
+    t = HUDI_COMPACTIONS[V8]
+    metadata = _cut_back_to_before(root, V8, keep_mdt_t=False)
+    props = root / ".hoodie" / "hoodie.properties"
+    props.write_text(props.read_text().replace("record_index,", "record_index,bloom_filters,"))
+    storage = LocalStorage(str(root))
+    config = load_table_config(storage)
+    ours = commit_mdt_records(storage, config, t, metadata)
+    new = {(p, s["path"].rsplit("/", 1)[-1])
+           for p, ss in metadata["partitionToWriteStats"].items() for s in ss}
+    assert len(ours["bloom_filters"]) == len(new) > 0
+    for key, record in ours["bloom_filters"]:
+        partition, name = next((p, n) for p, n in new if bloom_filter_key(p, n) == key)
+        footer = pq.ParquetFile(root / partition / name).metadata.metadata[b"org.apache.hudi.bloomfilter"]
+        assert record["type"] == RecordType.BLOOM_FILTER
+        assert record["BloomFilterMetadata"] == {
+            "type": "DYNAMIC_V0", "timestamp": t, "bloomFilter": footer, "isDeleted": False}
+        encode_value(record, config.version)  # a valid HoodieMetadataRecord
 
 
 def _stats_by_file_group(records: dict[str, dict[str, Any]]) -> dict[tuple[str, str], dict[str, Any]]:
