@@ -30,13 +30,22 @@ rollback-then-retry), checks it still holds the lock and completes the instant a
 ``<T>_<completion>.replacecommit`` (layout 1: ``<T>.replacecommit``, Jackson JSON) with
 ``HoodieReplaceCommitMetadata``. Markers and the heartbeat go afterwards.
 
+Tables with a metadata table (versions 8 and 9): after the conflict check, under the same lock,
+the MDT delta commit T is written and completed (``hoodie.mdt_commit.write_commit_to_metadata_table``:
+the new base files in ``files`` (the replaced ones stay listed until a clean, as in Hudi), their
+``column_stats`` and ``bloom_filters``, tight-bound ``partition_stats``, and in ``record_index``
+every moved key pointing at its new file group with instant T), then the data instant T. A
+crash in between leaves a completed MDT T under a pending data T, which readers ignore; the
+rollback of the failed attempt rolls it back. A table with an MDT partition a clustering cannot
+keep exact is refused before anything is written (``require_commit_maintainable``).
+
 An inflight clustering is a failed attempt (or a live one: its heartbeat says which); it is
-refused here and rolled back first by ``service.spark_jobs.run_spark_service``. Tables with a
-metadata table are refused (hoodied does not write the clustering's metadata-table commit
-yet), so are tables without meta fields and plans that do not preserve record metadata.
+refused here and rolled back first by ``service.spark_jobs.run_spark_service``. Tables without
+meta fields are refused, so are plans that do not preserve record metadata.
 
 Test hook (``hoodie.crashpoints``): ``requested``, ``inflight``, ``written`` (all tasks done,
-nothing committed) on the driver, ``task:<k>`` in the task of group ``k`` after its first marker.
+nothing committed), ``mdt-log-written`` / ``mdt-done`` (``hoodie.mdt_commit``) on the driver,
+``task:<k>`` in the task of group ``k`` after its first marker.
 """
 
 from __future__ import annotations
@@ -53,14 +62,16 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.ipc as ipc
+import pyarrow.parquet as pq
 from pyspark.sql import SparkSession
 
 from executors.attempt import run_attempt, start_attempt
 from executors.engine import Progress
 from executors.plan_files import operation_slice
 from hoodie import _writer_support as ws
-from hoodie.basefile import DEFAULT_ROW_GROUP_ROWS, FILE_NAME, BaseFileWriter, repeat_string
+from hoodie.basefile import DEFAULT_ROW_GROUP_ROWS, FILE_NAME, RECORD_KEY, BaseFileWriter, repeat_string
 from hoodie.clustering import (
+    record_index_updates,
     replace_commit_metadata,
     require_no_conflict,
     sort_columns,
@@ -79,8 +90,9 @@ from hoodie.heartbeat import (
 from hoodie.instant import Action, Instant, State
 from hoodie.locks import TableLock
 from hoodie.markers import IOType, WriteMarkers
+from hoodie.mdt_commit import CLUSTER, require_commit_maintainable, write_commit_to_metadata_table
+from hoodie.mdt_encode import RECORD_INDEX, MetadataRecord
 from hoodie.merge import MergeSpec
-from hoodie.metadata import require_no_metadata_table
 from hoodie.plans import ClusteringPlan
 from hoodie.properties import TableConfig
 from hoodie.reader import read_file_slice
@@ -389,6 +401,20 @@ def _write_stat(row: dict[str, Any]) -> dict[str, Any]:
     return stat
 
 
+def _moved_keys(
+    storage: Storage, config: TableConfig, instant_time: str, write_stats: list[dict[str, Any]]
+) -> list[MetadataRecord]:
+    """The ``record_index`` records of every key the clustering moved (none without a record index)."""
+    if RECORD_INDEX not in config.metadata_partitions:
+        return []
+    moved = []
+    for stat in write_stats:
+        with storage.open(stat["path"]) as f:
+            keys = pq.read_table(f, columns=[RECORD_KEY]).column(RECORD_KEY).to_pylist()
+        moved.append((stat["partitionPath"], stat["fileId"], keys))
+    return record_index_updates(moved, instant_time, config)
+
+
 def _clustering_instant(storage: Storage, timeline: Timeline, instant_time: str) -> Instant:
     inst = timeline.get(instant_time)
     if inst is None or not timeline.is_clustering(inst):
@@ -422,7 +448,7 @@ def execute_clustering(
     a failed attempt that rollback-then-retry recovers. ``progress(done, total)`` hears of
     completed groups while the job runs.
     """
-    require_no_metadata_table(storage, config, "clustering")
+    require_commit_maintainable(storage, config, CLUSTER, "clustering")
     if not config.populate_meta_fields:
         raise UnsupportedTableError(
             f"{storage.base_uri}: clustering of tables without meta fields (hoodie.populate.meta.fields="
@@ -459,10 +485,14 @@ def execute_clustering(
             for s in group:
                 result.replaced.setdefault(s.partition, []).append(s.file_id)
         metadata = replace_commit_metadata(by_partition, result.replaced, table_schema)
+        moved = _moved_keys(storage, config, instant_time, result.write_stats)
         with lock:
             written = {s["path"] for s in result.write_stats}
             result.removed = WriteMarkers(storage, instant_time).reconcile(written)
             require_no_conflict(Timeline.load(storage, config), inst, plan.file_groups)
+            # the MDT delta commit T completes before T does, as in Hudi (readers ignore it until then)
+            write_commit_to_metadata_table(storage, config, lock, instant_time, metadata,
+                                           time_settings=time_settings, record_index=moved)
             lock.ensure_held()
             result.instant = writer.complete(
                 instant_time, Action.CLUSTERING, ws.encode_replace_commit_metadata(metadata, config.version)

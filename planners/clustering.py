@@ -17,8 +17,9 @@ the real plans in the v9 fixtures: slices carry full base/log paths, ``bootstrap
 ``preserveHoodieMetadata`` true. ``schedule_clustering`` writes it as ``<T>.clustering.requested``
 (``<T>.replacecommit.requested`` on table version 6, via ``TimelineWriter.disk_action``).
 
-Not done yet: the RECENT_DAYS partition filter and the executor. Tables with a metadata table
-are refused (the executor would have to write record_index and files records).
+Not done yet: the RECENT_DAYS partition filter. A table whose metadata table has a partition a
+clustering's commit cannot keep exact is refused before anything is written
+(``hoodie.mdt_commit.require_commit_maintainable``, the executor's rule).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from hoodie.errors import InstantStateError
 from hoodie.fsview import FilesByPartition, FileSlice, FileSystemView, LogFile, list_storage
 from hoodie.instant import Action, Instant, State
 from hoodie.locks import TableLock
-from hoodie.metadata import require_no_metadata_table
+from hoodie.mdt_commit import CLUSTER, require_commit_maintainable
 from hoodie.properties import TableConfig, load_table_config
 from hoodie.storage import Storage
 from hoodie.timeline import Timeline
@@ -234,7 +235,7 @@ def schedule_clustering(
 ) -> tuple[Instant | None, ClusteringPlanResult]:
     """Plan under the lock with a TrueTime instant and write ``<T>.clustering.requested``."""
     config = load_table_config(storage)
-    require_no_metadata_table(storage, config, "clustering")
+    require_commit_maintainable(storage, config, CLUSTER, "clustering")
     with lock:
         timeline = Timeline.load(storage, config)
         writer = TimelineWriter(storage, config, lock, time_settings=time_settings)

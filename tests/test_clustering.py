@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import io
 import json
+import shutil
 import time
 import uuid
 from collections import Counter
@@ -37,6 +38,8 @@ from mor_tables import (
     multiset,
     written_mor_table,
 )
+from test_compaction_mdt import _declare, _snapshot
+from test_indexing import live_records
 
 from executors.clustering import ClusteringResult, _order, execute_clustering
 from executors.engine import Session, spark_session
@@ -55,13 +58,16 @@ from hoodie.instant import Action, State
 from hoodie.locks import InProcessLock
 from hoodie.mdt_encode import metadata_schema
 from hoodie.mdt_index_records import record_index_value
+from hoodie.metadata import METADATA_FOLDER
 from hoodie.properties import TableType, load_table_config
 from hoodie.storage import LocalStorage
+from hoodie.table import HoodieTable
 from hoodie.timeline import Timeline, decode_metadata, instant_time_to_datetime
 from hoodie.truetime import TimeSettings
 from hoodie.writer import TableSpec, create_table
 from planners.clustering import ClusteringSettings, schedule_clustering
 from service.cli_services import rollback_failed_attempt
+from service.report import committed_listing_drift
 from service.spark_jobs import run_spark_service
 
 PROJECT = Path(__file__).resolve().parent.parent
@@ -237,6 +243,53 @@ def test_executes_the_plan_hudi_wrote(tmp_path: Path, spark: Session, fid: str) 
     assert {part: _rows_in_order(p) for part, p in ours.items()} == hudi_rows
 
 
+def _without_mdt(root: Path, tmp: Path) -> Path:
+    copy = tmp / f"nomdt-{uuid.uuid4().hex[:6]}" / root.name
+    shutil.copytree(root, copy)
+    shutil.rmtree(copy / METADATA_FOLDER)
+    return copy
+
+
+def _record_index(root: Path, keys: set[str]) -> dict[str, dict[str, Any]]:
+    return {k: v["recordIndexMetadata"] for k, v in live_records(root, "record_index").items() if k in keys}
+
+
+@pytest.mark.parametrize("fid", ["cow/v9_txns_simple_meta", "mor/avro/v9_txns_simple_meta"])
+def test_hudis_plan_on_a_metadata_table(
+    tmp_path: Path, spark: Session, fid: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The failed attempt (and its MDT delta commit) rolled back, the plan executed with its MDT
+    delta commit: readers agree with and without the MDT, no listing drift, and the record index
+    entries of the moved keys are Hudi's own but for the new file ids."""
+    monkeypatch.setenv("TZ", "America/Chicago")  # the fixtures' LOCAL timeline zone (index epoch ms)
+    root = unzip_table(require_fixture(fid), tmp_path / "t")
+    timeline = _timeline(root)
+    t = next(i.requested_time for i in timeline.completed() if timeline.is_clustering(i))
+    before = hudi_rs_rows(root)
+    moved = {k for p in _outputs(root, t) for k in pq.read_table(p).column("_hoodie_record_key").to_pylist()}
+    hudis = _record_index(root, moved)
+    assert len(hudis) == len(moved) > 0
+    _reopen(root, t)  # the MDT still holds Hudi's delta commit T: rolled back with the attempt
+    result = run_spark_service(_storage(root), InProcessLock(str(root)), t, spark, time_settings=FAST)
+    assert result.instant.is_completed
+    mdt_storage = LocalStorage(str(root / METADATA_FOLDER))
+    mdt = Timeline.load(mdt_storage, load_table_config(mdt_storage, metadata_table=True))
+    assert [i.action for i in mdt.completed() if i.requested_time == t] == [Action.DELTA_COMMIT]
+    assert mdt.get(t).completion_time < result.instant.completion_time  # type: ignore[union-attr,operator]
+    assert hudi_rs_rows(root) == before
+    assert hudi_rs_rows(_without_mdt(root, tmp_path)) == before
+    assert set(hudi_rs_slices(_without_mdt(root, tmp_path))) == set(hudi_rs_slices(root))
+    assert committed_listing_drift(HoodieTable.open(str(root))).count == 0
+    ours = _record_index(root, moved)
+    new_groups = {(s["partitionPath"], s["fileId"]) for s in result.write_stats}  # type: ignore[attr-defined]
+    for key in moved:
+        a, b = ours[key], hudis[key]
+        bits = (a["fileIdHighBits"] % 2**64) << 64 | a["fileIdLowBits"] % 2**64
+        assert (a["partitionName"], f"{uuid.UUID(int=bits)}-{a['fileIndex']}") in new_groups
+        ids = {"fileIdHighBits": 0, "fileIdLowBits": 0}
+        assert {**a, **ids} == {**b, **ids}  # same partition, file index, encoding and instant (T)
+
+
 # ---------------------------------------------------------------------------- hoodied's plans, v6 / v8 / v9
 
 
@@ -399,9 +452,14 @@ def test_a_plan_naming_a_missing_file_fails_and_changes_nothing(tmp_path: Path, 
 
 def test_refusals(tmp_path: Path, spark: Session) -> None:
     root = unzip_table(require_fixture("cow/v9_txns_simple_meta"), tmp_path / "meta")
-    t = [i for i in _timeline(root).completed() if _timeline(root).is_clustering(i)][0].requested_time
-    with pytest.raises(UnsupportedTableError, match="metadata table"):
+    t, _ = _schedule(root, ClusteringSettings())  # planned while every MDT partition was maintainable
+    _declare(root, "expr_index_ts_day")
+    before = _snapshot(root)
+    with pytest.raises(UnsupportedTableError, match="MDT partition expr_index_ts_day is not maintained"):
+        _schedule(root, ClusteringSettings())
+    with pytest.raises(UnsupportedTableError, match="MDT partition expr_index_ts_day is not maintained"):
         _run(root, t, spark)
+    assert _snapshot(root) == before
     root = unzip_table(require_fixture("cow/v9_txns_simple_nometa"), tmp_path / "nometa")
     with pytest.raises(InstantStateError, match="no clustering instant 20260307135707243"):
         _run(root, "20260307135707243", spark)  # an insert-overwrite replacecommit
@@ -416,8 +474,10 @@ import sys
 from executors.engine import spark_session
 from executors.clustering import execute_clustering
 from hoodie.locks import InProcessLock
+from hoodie.metadata import METADATA_FOLDER
 from hoodie.properties import load_table_config
 from hoodie.storage import LocalStorage
+from hoodie.table import HoodieTable
 from hoodie.truetime import TimeSettings
 storage = LocalStorage(sys.argv[1])
 with spark_session("local[2]") as spark:
@@ -427,12 +487,14 @@ with spark_session("local[2]") as spark:
 """
 
 
-@pytest.mark.parametrize("case", ["v9-hudi-plan:task:1", "v6-written:written"])
+@pytest.mark.parametrize("case", ["v9-hudi-plan:task:1", "v6-written:written", "v9-mdt:mdt-done"])
 def test_kill_9_then_rollback_and_retry(tmp_path: Path, spark: Session, case: str) -> None:
     table, point = case.split(":", 1)
-    if table == "v9-hudi-plan":
-        root = unzip_table(require_fixture("mor/avro/v9_txns_simple_nometa"), tmp_path / "t")
-        t = HUDI_CLUSTERINGS["mor/avro/v9_txns_simple_nometa"]
+    if table in ("v9-hudi-plan", "v9-mdt"):
+        fid = "mor/avro/v9_txns_simple_nometa" if table == "v9-hudi-plan" else "cow/v9_txns_simple_meta"
+        root = unzip_table(require_fixture(fid), tmp_path / "t")
+        timeline = _timeline(root)
+        t = next(i.requested_time for i in timeline.completed() if timeline.is_clustering(i))
         _reopen(root, t)
         (_timeline_dir(root) / f"{t}.clustering.inflight").unlink()
         pending = [f"{t}.clustering.inflight", f"{t}.clustering.requested"]
@@ -447,7 +509,7 @@ def test_kill_9_then_rollback_and_retry(tmp_path: Path, spark: Session, case: st
     proc = start_paused(_DRIVER, [str(root), t], point, tmp_path / "ready")
     try:
         deadline = time.monotonic() + 180
-        if point == "written":
+        if point in ("written", "mdt-done"):
             assert len(_outputs(root, t)) == groups
         else:  # group 1 paused after its marker, before its file; the others finish
             assert list((root / ".hoodie" / ".temp" / t).rglob("*.marker.CREATE"))
@@ -461,6 +523,8 @@ def test_kill_9_then_rollback_and_retry(tmp_path: Path, spark: Session, case: st
     assert sorted(p.name for p in _timeline_dir(root).glob(f"{t}*")) == pending
     assert hudi_rs_rows(root) == before  # the uncommitted files are invisible
     assert set(hudi_rs_slices(root)) == slices_before  # and the planned groups are not replaced
+    if table == "v9-mdt":  # MDT delta commit T completed, data T pending: readers ignore it
+        assert hudi_rs_rows(_without_mdt(root, tmp_path)) == before
     time.sleep(0.5)  # the dead driver's heartbeat (100 ms) expires
     storage = _storage(root)
     result = run_spark_service(storage, InProcessLock(storage.base_uri), t, spark, time_settings=FAST,
@@ -475,6 +539,9 @@ def test_kill_9_then_rollback_and_retry(tmp_path: Path, spark: Session, case: st
     assert {p.name for p in _outputs(root, t)} == {s["path"].rsplit("/", 1)[-1] for s in result.write_stats}
     assert not set(written) & {p.name for p in _outputs(root, t)}
     assert hudi_rs_rows(root) == before
+    if table == "v9-mdt":
+        assert hudi_rs_rows(_without_mdt(root, tmp_path)) == before
+        assert committed_listing_drift(HoodieTable.open(str(root))).count == 0
 
 
 # ---------------------------------------------------------------------------- pure rules
