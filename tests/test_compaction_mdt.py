@@ -46,6 +46,7 @@ from hoodie.timeline import Timeline
 from planners.log_compaction import LogCompactionSettings, schedule_log_compaction
 from service.compaction import run_compaction
 from service.report import committed_listing_drift
+from service.spark_jobs import run_spark_service
 
 V8 = "mor/avro/v8_trips_8i3u1d"
 V9 = "mor/avro/v9_txns_simple_meta"
@@ -326,6 +327,44 @@ def test_log_compaction_records_list_the_new_log_files(hudi_table) -> None:  # t
     assert all_partitions["filesystemMetadata"] == {partition: {"size": 0, "isDeleted": False}}
     assert key == partition and files["filesystemMetadata"] == {
         log.name: {"size": log.stat().st_size, "isDeleted": False}}
+
+
+def test_log_compaction_on_a_files_only_mdt_table(hudi_table, tmp_path: Path,  # type: ignore[no-untyped-def]
+                                                  spark: Session) -> None:
+    """The v8 fixture before its compaction (several log blocks per slice), its MDT declared as
+    ``files`` only: the log compaction's MDT delta commit lists the new log files, completes
+    before the data instant, and readers with and without the MDT agree."""
+    root = hudi_table(V8)
+    t = HUDI_COMPACTIONS[V8]
+    _cut_back_to_before(root, V8, keep_mdt_t=False)
+    for f in (root / ".hoodie" / "timeline").glob(f"{t}.*"):
+        f.unlink()  # the compaction never happened
+    for f in root.rglob(f"*_{t}.parquet"):
+        f.unlink()
+    props = root / ".hoodie" / "hoodie.properties"
+    storage = LocalStorage(str(root))
+    declared = ",".join(load_table_config(storage).metadata_partitions)
+    props.write_text(props.read_text().replace(f"hoodie.table.metadata.partitions={declared}",
+                                               "hoodie.table.metadata.partitions=files"))
+    rows = hudi_rs_rows(root)
+    assert committed_listing_drift(HoodieTable.open(str(root))).count == 0
+    inst, planned = schedule_log_compaction(storage, InProcessLock(storage.base_uri),
+                                            LogCompactionSettings(blocks_threshold=2), time_settings=FAST)
+    assert inst is not None, planned.summary()
+    lc = inst.requested_time
+    result = run_spark_service(storage, InProcessLock(storage.base_uri), lc, spark, time_settings=FAST)
+    data = Timeline.load(storage, load_table_config(storage)).get(lc)
+    mdt = _mdt_timeline(root).get(lc)
+    assert data is not None and data.is_completed and data.action is Action.LOG_COMPACTION, result
+    assert mdt is not None and mdt.is_completed and mdt.action is Action.DELTA_COMMIT
+    assert mdt.completion_time < data.completion_time  # type: ignore[operator]
+    _check_readers(root, tmp_path, rows)
+    records = _mdt_records(root, lc)
+    assert list(records) == ["files"]
+    listed = {n: i["size"] for k, r in records["files"].items() if k != "__all_partitions__"
+              for n, i in r["filesystemMetadata"].items()}
+    new = [p for p in sorted(root.rglob(f".*_{lc}.log.*")) if p.relative_to(root).parts[0] != ".hoodie"]
+    assert new and listed == {p.name: p.stat().st_size for p in new}
 
 
 def test_log_compaction_of_a_table_with_column_stats_is_refused(hudi_table) -> None:  # type: ignore[no-untyped-def]
