@@ -9,11 +9,11 @@ one task per clustering group, and in each task
 
 1. the group's file slices (files resolved by ``executors.plan_files``: a plan written on
    another machine names them by partition + file name) are read and merged by
-   ``hoodie.reader.read_file_slice`` (one slice's log records + one row group in memory) and
-   spilled to uncompressed Arrow files on the task's local disk;
-2. the spilled rows are memory-mapped and ordered by the plan's sort columns (only the sort
-   columns are materialised), or kept in read order without them, then split into
-   ``numOutputFileGroups`` contiguous parts;
+   ``hoodie.reader.read_file_slice`` (one slice's log records + one row group in memory);
+2. with sort columns the rows are spilled to an uncompressed Arrow file on the task's local
+   disk, memory-mapped, ordered (only the sort columns are materialised) and cut into
+   ``numOutputFileGroups`` parts of equal rows; without, they stream in read order, the
+   slices dealt to the outputs in contiguous runs (``hoodie.clustering``);
 3. each part becomes a new file group: marker ``.hoodie/.temp/<T>/<partition>/<file>.marker.CREATE``
    first, then ``<UUID>-<n>_<writeToken>_<T>.parquet`` written with ``hoodie.basefile`` (Hudi
    footer: min/max record key, bloom filter, Avro schema); a file that reaches the target
@@ -50,6 +50,7 @@ nothing committed), ``mdt-log-written`` / ``mdt-done`` (``hoodie.mdt_commit``) o
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import tempfile
@@ -161,18 +162,13 @@ class ClusteringJob:
 
 
 def _spill(job: ClusteringJob, slices: tuple[FileSlice, ...], folder: str) -> pa.Table:
-    """The merged records of ``slices`` as one table backed by memory-mapped Arrow files in ``folder``."""
-    commits = CommitState(job.timeline, job.config)
-    spec = MergeSpec.for_table(job.config)
-    tables = []
-    for k, s in enumerate(slices):
-        path = os.path.join(folder, f"slice-{k}.arrow")
-        with pa.OSFile(path, "wb") as sink, ipc.new_file(sink, job.schema) as writer:
-            for batch in read_file_slice(job.storage, s, job.config, job.timeline, job.schema,
-                                         commits=commits, spec=spec):
-                writer.write_batch(batch)
-        tables.append(ipc.open_file(pa.memory_map(path)).read_all())  # zero copy: pages stay on disk
-    return pa.concat_tables(tables) if tables else job.schema.empty_table()
+    """The merged records of ``slices`` as one table backed by a memory-mapped Arrow file in ``folder``
+    (uncompressed: the task's local disk holds the group's rows, its memory only what is touched)."""
+    path = os.path.join(folder, "group.arrow")
+    with pa.OSFile(path, "wb") as sink, ipc.new_file(sink, job.schema) as writer:
+        for batch in _read(job, slices):
+            writer.write_batch(batch)
+    return ipc.open_file(pa.memory_map(path)).read_all()  # zero copy: pages stay on disk
 
 
 def _order(job: ClusteringJob, rows: pa.Table) -> pa.Array | None:
@@ -257,29 +253,58 @@ class _PartWriter:
             self.writer = None
 
 
-def cluster_group(job: ClusteringJob, index: int, write_token: str) -> pa.RecordBatch:
-    """Rewrite clustering group ``index`` into new file groups; one stats row per written file."""
-    slices = job.groups[index]
-    partition = slices[0].partition
+def _read(job: ClusteringJob, slices: tuple[FileSlice, ...]) -> Iterator[pa.RecordBatch]:
+    """The merged records of ``slices``, slice after slice, in read order (streamed)."""
+    commits = CommitState(job.timeline, job.config)
+    spec = MergeSpec.for_table(job.config)
+    for s in slices:
+        yield from read_file_slice(job.storage, s, job.config, job.timeline, job.schema, commits=commits,
+                                   spec=spec)
+
+
+def _write_parts(
+    job: ClusteringJob, index: int, write_token: str, parts: list[Iterator[pa.RecordBatch | pa.Table]]
+) -> list[dict[str, Any]]:
+    """Each part into its own new file group(s); the stats rows of every file written."""
     out: list[dict[str, Any]] = []
-    with tempfile.TemporaryDirectory(prefix="hoodied-clustering-") as folder:
-        rows = _spill(job, slices, folder)
-        order = _order(job, rows)
-        points = split_points(rows.num_rows, job.num_outputs[index])
-        for start, stop in zip(points, points[1:], strict=False):
-            part = _PartWriter(job, index, partition, write_token)
-            try:
-                for batch in _batches(rows, order, start, stop):
-                    part.write(batch)
-                part.close()
-            except BaseException:
-                part.abort()
-                raise
-            out.extend(part.rows)
-        del rows, order  # release the memory maps before the folder goes
+    partition = job.groups[index][0].partition
+    for batches in parts:
+        part = _PartWriter(job, index, partition, write_token)
+        try:
+            for batch in batches:
+                part.write(batch)
+            part.close()
+        except BaseException:
+            part.abort()
+            raise
+        out.extend(part.rows)
+    return out
+
+
+def cluster_group(job: ClusteringJob, index: int, write_token: str) -> pa.RecordBatch:
+    """Rewrite clustering group ``index`` into new file groups; one stats row per written file.
+
+    With sort columns the group is spilled, ordered and cut into ``numOutputFileGroups``
+    parts of equal rows (``hoodie.clustering.split_points``); without, nothing is spilled: the
+    slices are dealt to the outputs in contiguous runs (Spark's ``coalesce`` of the per-slice
+    read partitions) and streamed.
+    """
+    slices = job.groups[index]
+    if job.sort_columns:
+        with tempfile.TemporaryDirectory(prefix="hoodied-clustering-") as folder:
+            rows = _spill(job, slices, folder)
+            order = _order(job, rows)
+            points = split_points(rows.num_rows, job.num_outputs[index])
+            out = _write_parts(job, index, write_token,
+                               [_batches(rows, order, a, b) for a, b in itertools.pairwise(points)])
+            del rows, order  # release the memory maps before the folder goes
+    else:
+        points = split_points(len(slices), job.num_outputs[index])
+        out = _write_parts(job, index, write_token,
+                           [_read(job, slices[a:b]) for a, b in itertools.pairwise(points)])
     if not out:  # every record of the group was deleted: nothing to write, the groups are still replaced
-        out.append({"op": index, "partition": partition, "file_id": None, "path": None, "num_writes": 0,
-                    "file_size": 0, "create_ms": 0})
+        out.append({"op": index, "partition": slices[0].partition, "file_id": None, "path": None,
+                    "num_writes": 0, "file_size": 0, "create_ms": 0})
     return pa.RecordBatch.from_pylist(out, schema=STATS_SCHEMA)
 
 
@@ -467,7 +492,7 @@ def execute_clustering(
         plan = timeline.plan(inst)
         if not isinstance(plan, ClusteringPlan):
             raise HoodieFormatError(f"{timeline.state_file(inst, State.REQUESTED)}: clustering plan is empty")
-        require_no_conflict(timeline, inst, plan.file_groups)  # refuse early: nothing written yet
+        require_no_conflict(timeline, inst, plan)  # refuse early: nothing written yet
         job, table_schema = prepare_job(storage, config, timeline, inst, plan, row_group_rows=row_group_rows)
         start_attempt(writer, heartbeat, instant_time, Action.CLUSTERING)
     try:
@@ -489,7 +514,7 @@ def execute_clustering(
         with lock:
             written = {s["path"] for s in result.write_stats}
             result.removed = WriteMarkers(storage, instant_time).reconcile(written)
-            require_no_conflict(Timeline.load(storage, config), inst, plan.file_groups)
+            require_no_conflict(Timeline.load(storage, config), inst, plan)
             # the MDT delta commit T completes before T does, as in Hudi (readers ignore it until then)
             write_commit_to_metadata_table(storage, config, lock, instant_time, metadata,
                                            time_settings=time_settings, record_index=moved)

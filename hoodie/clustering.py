@@ -6,13 +6,16 @@ executes a ``HoodieClusteringPlan``:
 - each group's records (latest file slices, base + logs merged) are sorted by the strategy
   param ``hoodie.clustering.plan.strategy.sort.columns`` when it is set (row writer:
   ``RowCustomColumnsSortPartitioner``, a global ascending sort, nulls first, then
-  ``coalesce(numOutputFileGroups)``: every output holds a contiguous range of the order);
-  without sort columns they keep their read order (bulk-insert sort mode ``NONE``);
-- the records are split into ``numOutputFileGroups`` contiguous parts (``split_points``), one
-  new file group each (``<UUID>-0``); a file that reaches the target size
-  (``hoodie.clustering.plan.strategy.target.file.max.bytes``, set as ``hoodie.parquet.max.file.size``
-  for the bulk insert) is closed and the part goes on in ``<same UUID>-1``, ``-2``...
-  (the row writer's file-id prefix + counter);
+  ``coalesce(numOutputFileGroups)``: every output holds a contiguous range of the order, here
+  parts of equal rows cut by ``split_points``); without sort columns they keep their read
+  order (bulk-insert sort mode ``NONE``: ``coalesce`` of the read partitions, here the slices
+  dealt to the outputs in contiguous runs, again by ``split_points``);
+- each part becomes a new file group (``<UUID>-0``); a file that reaches the target size
+  (``hoodie.clustering.plan.strategy.target.file.max.bytes`` when the plan carries it, else its
+  default, 1 GB; Hudi's executor takes it from its write config and sets it as
+  ``hoodie.parquet.max.file.size`` for the bulk insert) is closed and the part goes on in
+  ``<same UUID>-1``, ``-2``... (the row writer's file-id prefix + counter). The size is checked
+  after each row group, so a file ends at most one row group past the target;
 - the commit is a ``HoodieReplaceCommitMetadata``: the new files' write stats (``prevCommit``
   "null", every record an insert), ``partitionToReplaceFileIds`` = the plan's input file
   groups, ``operationType`` ``CLUSTER``, ``compacted`` false, ``extraMetadata.schema``.
@@ -22,9 +25,11 @@ Conflict rule (``SimpleConcurrentFileWritesConflictResolutionStrategy`` with
 mutated one of the plan's file groups (its write stats, or for a replacecommit also its
 replaced file groups) conflicts; the clustering must not complete (Hudi throws
 ``HoodieWriteConflictException``). A compaction requested before the clustering does not
-conflict (``resolveConflict`` lets it pass). Hudi's writers reject updates to file groups
-under pending clustering (``SparkRejectUpdateStrategy``), so a conflict means a writer that
-did not honour that.
+conflict (``resolveConflict`` lets it pass). File groups are compared by (partition, file id).
+Hudi's writers reject updates to file groups under pending clustering
+(``SparkRejectUpdateStrategy``), so a conflict means a writer that did not honour that.
+Completion times of layout 1 are backfilled from file modification times, which a copy of the
+table resets: there a base file no newer than the planned one is known to predate the plan.
 
 Record index: clustering moves every record to a new file group; ``record_index_updates``
 gives the ``record_index`` entries (``HoodieMetadataPayload.createRecordIndexUpdate``) of the
@@ -37,6 +42,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from hoodie.errors import InstantStateError
+from hoodie.filenames import BaseFileName
 from hoodie.instant import Action, Instant
 from hoodie.mdt_encode import MetadataRecord
 from hoodie.mdt_index_records import record_index_record
@@ -125,22 +131,47 @@ def replace_commit_metadata(
     }
 
 
-def _mutated(timeline: Timeline, inst: Instant) -> set[tuple[str, str]]:
-    """The (partition, file id) pairs a completed write mutated (``ConcurrentOperation.init``)."""
+def _planned_base_instants(plan: ClusteringPlan) -> dict[tuple[str, str], str]:
+    """(partition, file id) of every planned file group -> the instant of the base file the plan
+    reads ("" for a slice without one)."""
+    out: dict[tuple[str, str], str] = {}
+    for group in plan.input_groups:
+        for s in group.slices:
+            parsed = BaseFileName.parse(s.base_file_name) if s.base_file_name else None
+            out[(s.partition_path, s.file_id)] = parsed.instant_time if parsed is not None else ""
+    return out
+
+
+def _touched(
+    timeline: Timeline, inst: Instant, planned: Mapping[tuple[str, str], str], layout: int
+) -> set[tuple[str, str]]:
+    """The planned file groups a completed write mutated (``ConcurrentOperation.init``: its write
+    stats, and the file groups it replaced).
+
+    Layout 1 only: a write stat of a base file no newer than the one the plan reads was written
+    before planning (a later write of the group makes a newer base file; Hudi's writers never
+    commit an older one over it), whatever the completion time backfilled from the file's
+    modification time says (a copied timeline looks completed just now). Log-file stats always
+    count there: a table-version-6 log file is named after its slice, not its write.
+    """
     meta = timeline.read_commit_metadata(inst)
-    out = {
-        (str(partition), str(stat.get("fileId")))
-        for partition, stats in (meta.get("partitionToWriteStats") or {}).items()
-        for stat in stats or ()
-        if stat.get("fileId")
-    }
+    out: set[tuple[str, str]] = set()
+    for partition, stats in (meta.get("partitionToWriteStats") or {}).items():
+        for stat in stats or ():
+            key = (str(partition), str(stat.get("fileId") or ""))
+            if key not in planned:
+                continue
+            base = BaseFileName.parse(str(stat.get("path") or "").rsplit("/", 1)[-1])
+            if layout < 2 and base is not None and planned[key] and base.instant_time <= planned[key]:
+                continue
+            out.add(key)
     for partition, ids in (meta.get("partitionToReplaceFileIds") or {}).items():
-        out.update((str(partition), str(f)) for f in ids or ())
+        out.update(k for k in ((str(partition), str(f)) for f in ids or ()) if k in planned)
     return out
 
 
 def conflicting_writes(
-    timeline: Timeline, clustering: Instant, file_groups: Iterable[tuple[str, str]]
+    timeline: Timeline, clustering: Instant, plan: ClusteringPlan
 ) -> list[tuple[Instant, list[tuple[str, str]]]]:
     """Completed writes that conflict with completing ``clustering``, with the file groups they touched.
 
@@ -148,7 +179,8 @@ def conflicting_writes(
     clustering's requested time (layout 1: completion time from the file's modification
     time, as Hudi backfills it); a compaction requested before the clustering is let pass.
     """
-    planned = set(file_groups)
+    planned = _planned_base_instants(plan)
+    layout = timeline.config.timeline_layout
     t = clustering.requested_time
     out = []
     for inst in timeline.completed(_WRITE_ACTIONS):
@@ -156,17 +188,15 @@ def conflicting_writes(
             continue
         if inst.action is Action.COMPACTION and inst.requested_time < t:
             continue
-        touched = sorted(planned & _mutated(timeline, inst))
+        touched = sorted(_touched(timeline, inst, planned, layout))
         if touched:
             out.append((inst, touched))
     return out
 
 
-def require_no_conflict(
-    timeline: Timeline, clustering: Instant, file_groups: Iterable[tuple[str, str]]
-) -> None:
+def require_no_conflict(timeline: Timeline, clustering: Instant, plan: ClusteringPlan) -> None:
     """Raise ``WriteConflictError`` naming the first conflicting write, if there is one."""
-    found = conflicting_writes(timeline, clustering, file_groups)
+    found = conflicting_writes(timeline, clustering, plan)
     if not found:
         return
     inst, touched = found[0]

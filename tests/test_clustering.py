@@ -12,7 +12,9 @@ the clustering unchanged. The conflict rule, kill -9 mid-job and bad plans leave
 from __future__ import annotations
 
 import io
+import itertools
 import json
+import os
 import shutil
 import time
 import uuid
@@ -329,7 +331,12 @@ def test_sorts_merges_logs_and_replaces(tmp_path: Path, spark: Session, version:
     assert _run(root, t, spark).was_completed
 
 
-def test_splits_into_output_groups_and_at_the_target_size(tmp_path: Path, spark: Session) -> None:
+@pytest.mark.parametrize("sort", [("v",), ()], ids=["sorted", "unsorted"])
+def test_splits_into_output_groups_and_at_the_target_size(
+    tmp_path: Path, spark: Session, sort: tuple[str, ...]
+) -> None:
+    """Sorted: three parts of equal rows, each in sort order. Unsorted: the slices dealt to the
+    three outputs in contiguous runs, rows in read order. Every part rolls over at the target."""
     root = tmp_path / "table"
     spec = TableSpec("trips", SCHEMA, "id", "city", "ts", TableType.COPY_ON_WRITE, 9)
     writer = create_table(_storage(root), spec, max_file_rows=100)
@@ -343,7 +350,7 @@ def test_splits_into_output_groups_and_at_the_target_size(tmp_path: Path, spark:
     # a target of about a third of each partition's bytes: three output file groups per group
     target = max(-(-p // 3) for p in totals)
     assert 2 * target < min(totals)
-    t, plan = _schedule(root, ClusteringSettings(sort_columns=("v",), target_file_max_bytes=target))
+    t, plan = _schedule(root, ClusteringSettings(sort_columns=sort, target_file_max_bytes=target))
     assert {g.num_output_file_groups for g in plan.input_groups} == {3}
     # executing with a small target (and small row groups): each output part rolls over into -1, -2...
     requested = _timeline_dir(root) / f"{t}.clustering.requested"
@@ -359,13 +366,25 @@ def test_splits_into_output_groups_and_at_the_target_size(tmp_path: Path, spark:
         prefix, n = s["fileId"].rsplit("-", 1)
         by_prefix.setdefault((s["partitionPath"], prefix), []).append(s)
     assert len(by_prefix) == 3 * len(plan.input_groups)
+    parts_rows = set()
     for part in by_prefix.values():
         part.sort(key=lambda s: int(s["fileId"].rsplit("-", 1)[1]))
         assert [int(s["fileId"].rsplit("-", 1)[1]) for s in part] == list(range(len(part)))
         assert len(part) > 1  # rolled over at the target size
         tables = [pq.read_table(root / s["path"]) for s in part]
         assert all(tb.num_rows % 100 == 0 or tb is tables[-1] for tb in tables)  # closed at a row group
-        assert _sorted_by(pa.concat_tables(tables), ("v",))
+        rows = pa.concat_tables(tables)
+        assert not sort or _sorted_by(rows, sort)
+        parts_rows.add(tuple(rows.column("_hoodie_record_key").to_pylist()))
+    if not sort:  # each part is a run of whole slices, in the plan's order
+        expected = set()
+        for group in plan.input_groups:
+            keys = [pq.read_table(root / s.partition_path / s.base_file_name).column("_hoodie_record_key")
+                    .to_pylist() for s in group.slices]  # type: ignore[operator]
+            points = split_points(len(keys), 3)
+            expected.update(tuple(k for ks in keys[a:b] for k in ks) for a, b in itertools.pairwise(points))
+        assert parts_rows == expected
+        return
     for partition, _ in by_prefix:
         others = [p for (q, _), p in by_prefix.items() if q == partition]
         counts = sorted(sum(s["numWrites"] for s in p) for p in others)
@@ -395,13 +414,43 @@ def test_a_write_to_a_planned_file_group_after_planning_is_a_conflict(tmp_path: 
     # an update of a key that lives in that file group, written after the plan (a log file in it)
     writer.upsert(pa.Table.from_pylist([_live_row(root, partition, file_id)], schema=SCHEMA))
     after = hudi_rs_rows(root)
-    found = conflicting_writes(_timeline(root), _timeline(root).get(t), plan.file_groups)  # type: ignore[arg-type]
+    found = conflicting_writes(_timeline(root), _timeline(root).get(t), plan)  # type: ignore[arg-type]
     found_groups = [(i.requested_time, groups) for i, groups in found]
     assert found_groups == [(writer.instants[-1], [(partition, file_id)])]
     with pytest.raises(WriteConflictError, match=f"changed file group {file_id}"):
         _run(root, t, spark)
     assert _timeline(root).get(t).state is State.REQUESTED  # type: ignore[union-attr]
     assert not _outputs(root, t) and hudi_rs_rows(root) == after
+
+
+@pytest.mark.parametrize("update", [False, True], ids=["copied", "copied+updated"])
+def test_a_copied_version_6_timeline(tmp_path: Path, spark: Session, update: bool) -> None:
+    """Layout 1 backfills completion times from file modification times: after a copy every
+    commit looks completed just now, but a commit that wrote a base file no newer than the one
+    the plan reads was there before the plan. An update after the plan still conflicts."""
+    root = tmp_path / "table"
+    spec = TableSpec("trips", SCHEMA, "id", "city", "ts", TableType.COPY_ON_WRITE, 6)
+    writer = create_table(_storage(root), spec, max_file_rows=40)
+    writer.insert(pa.Table.from_pylist([{"id": f"k{i:03d}", "ts": 1, "city": CITIES[i % 3], "v": 1.0}
+                                        for i in range(200)], schema=SCHEMA))
+    writer.upsert(pa.Table.from_pylist([{"id": f"k{i:03d}", "ts": 2, "city": CITIES[i % 3], "v": 2.0}
+                                        for i in range(0, 200, 3)], schema=SCHEMA))
+    before = hudi_rs_rows(root)
+    t, plan = _schedule(root, ClusteringSettings(sort_columns=("id",)))
+    time.sleep(0.01)
+    for f in (root / ".hoodie").glob("*.commit"):
+        os.utime(f)  # as a copy leaves them
+    assert all(i.completion_time > t for i in _timeline(root).completed((Action.COMMIT,)))  # type: ignore[operator]
+    if update:
+        partition, file_id = sorted(plan.file_groups)[0]
+        writer.upsert(pa.Table.from_pylist([_live_row(root, partition, file_id)], schema=SCHEMA))
+        after = hudi_rs_rows(root)
+        with pytest.raises(WriteConflictError, match=f"changed file group {file_id}"):
+            _run(root, t, spark)
+        assert hudi_rs_rows(root) == after and not _outputs(root, t)
+        return
+    result = _run(root, t, spark)
+    assert result.instant.is_completed and hudi_rs_rows(root) == before
 
 
 def test_a_conflicting_write_during_the_job_leaves_a_recoverable_attempt(
