@@ -292,6 +292,26 @@ def test_hudis_plan_on_a_metadata_table(
         assert {**a, **ids} == {**b, **ids}  # same partition, file index, encoding and instant (T)
 
 
+def test_hoodieds_plan_on_a_version_8_metadata_table(tmp_path: Path, spark: Session) -> None:
+    """v8 MDT with record_index, column_stats, partition_stats and a secondary index: a sorted
+    clustering (one slice with a log file) keeps both readers and the listing exact, and every
+    record index entry now names a new file group."""
+    root = unzip_table(require_fixture("mor/avro/v8_trips_8i3u1d"), tmp_path / "t")
+    before = hudi_rs_rows(root)
+    t, plan = _schedule(root, ClusteringSettings(sort_columns=("rider",)))
+    assert any(s.delta_file_paths for g in plan.input_groups for s in g.slices)
+    result = _run(root, t, spark)
+    assert hudi_rs_rows(root) == before == hudi_rs_rows(_without_mdt(root, tmp_path))
+    assert committed_listing_drift(HoodieTable.open(str(root))).count == 0
+    new_groups = {(s["partitionPath"], s["fileId"]) for s in result.write_stats}
+    index = live_records(root, "record_index")
+    assert len(index) == len(before) == 6
+    for entry in index.values():
+        a = entry["recordIndexMetadata"]
+        bits = (a["fileIdHighBits"] % 2**64) << 64 | a["fileIdLowBits"] % 2**64
+        assert (a["partitionName"], f"{uuid.UUID(int=bits)}-{a['fileIndex']}") in new_groups
+
+
 # ---------------------------------------------------------------------------- hoodied's plans, v6 / v8 / v9
 
 
