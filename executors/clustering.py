@@ -72,6 +72,7 @@ from executors.plan_files import operation_slice
 from hoodie import _writer_support as ws
 from hoodie.basefile import DEFAULT_ROW_GROUP_ROWS, FILE_NAME, RECORD_KEY, BaseFileWriter, repeat_string
 from hoodie.clustering import (
+    output_file_id,
     record_index_updates,
     replace_commit_metadata,
     require_no_conflict,
@@ -223,7 +224,7 @@ class _PartWriter:
                 self.close()
 
     def _open(self) -> None:
-        file_id = f"{self.prefix}-{self.count}"
+        file_id = output_file_id(self.prefix, self.count)
         self.count += 1
         self.name = f"{file_id}_{self.token}_{self.job.instant_time}.parquet"
         path = f"{self.partition}/{self.name}" if self.partition else self.name
