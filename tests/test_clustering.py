@@ -543,6 +543,32 @@ def test_refusals(tmp_path: Path, spark: Session) -> None:
         _run(root, "20260307135707243", spark)  # an insert-overwrite replacecommit
     t = HUDI_CLUSTERINGS["cow/v9_txns_simple_nometa"]
     assert _run(root, t, spark).was_completed
+    _reopen(root, t)
+    (_timeline_dir(root) / f"{t}.clustering.inflight").unlink()
+    requested = _timeline_dir(root) / f"{t}.clustering.requested"
+    original = requested.read_bytes()
+    raw = decode_metadata(original, "plan")
+    strategy = raw["clusteringPlan"]["strategy"]
+    bad_plans = [
+        ({**strategy, "strategyClassName": "org.apache.hudi.client.clustering.run.strategy."
+          "SparkConsistentBucketClusteringExecutionStrategy"}, True,
+         "execution strategy .* is not supported"),
+        (strategy, False, "does not preserve record metadata"),
+        ({**strategy, "strategyParams": {"hoodie.clustering.plan.strategy.sort.columns": "nope"}}, True,
+         "sort column 'nope' is not a top-level column"),
+    ]
+    before = _snapshot(root)
+    for bad_strategy, preserve, message in bad_plans:
+        plan = {**raw, "clusteringPlan": {**raw["clusteringPlan"], "strategy": bad_strategy,
+                                          "preserveHoodieMetadata": preserve}}
+        requested.unlink()
+        requested.write_bytes(write_single_record(plan, "HoodieRequestedReplaceMetadata"))
+        with pytest.raises(UnsupportedTableError, match=message):
+            _run(root, t, spark)
+        assert _timeline(root).get(t).state is State.REQUESTED  # type: ignore[union-attr]
+    requested.unlink()
+    requested.write_bytes(original)
+    assert _snapshot(root) == before
 
 
 # ---------------------------------------------------------------------------- kill -9
