@@ -142,7 +142,7 @@ def _decode_replace(data: bytes) -> dict[str, Any]:
 
 
 def _check_clustered(root: Path, t: str, result: ClusteringResult, plan_groups: set[tuple[str, str]],
-                     before: Counter[Any], previous: str) -> dict[str, Any]:
+                     before: Counter[Any], previous: tuple[str, Counter[Any]]) -> dict[str, Any]:
     """What every completed clustering must satisfy; returns the decoded commit metadata."""
     config = load_table_config(_storage(root))
     done = _completed_file(root, t)
@@ -182,12 +182,8 @@ def _check_clustered(root: Path, t: str, result: ClusteringResult, plan_groups: 
     assert not markers.exists() or not list(markers.rglob("*.marker.*"))
     assert not (root / ".hoodie" / ".heartbeat" / t).exists()
     assert hudi_rs_rows(root) == before
-    assert _rs_rows_as_of(root, previous) == _rs_rows_as_of_before[root]
+    assert _rs_rows_as_of(root, previous[0]) == previous[1]  # time travel to before T unchanged
     return meta
-
-
-#: hudi-rs's rows as of the instant before each table's clustering, read before it ran.
-_rs_rows_as_of_before: dict[Path, Counter[Any]] = {}
 
 
 # ---------------------------------------------------------------------------- Hudi's own plans
@@ -219,7 +215,7 @@ def test_executes_the_plan_hudi_wrote(tmp_path: Path, spark: Session, fid: str) 
     t = _hudi_clustering(root, fid)
     before = hudi_rs_rows(root)
     previous = _previous_instant(root, t)
-    _rs_rows_as_of_before[root] = _rs_rows_as_of(root, previous)
+    as_of = (previous, _rs_rows_as_of(root, previous))
     hudi_meta = decode_metadata(_completed_file(root, t).read_bytes(), "hudi")
     hudi_files = {p.relative_to(root).parent.as_posix(): p for p in _outputs(root, t)}
     hudi_rows = {part: _rows_in_order(p) for part, p in hudi_files.items()}
@@ -231,7 +227,7 @@ def test_executes_the_plan_hudi_wrote(tmp_path: Path, spark: Session, fid: str) 
     timeline = _timeline(root)
     rollbacks = timeline.completed((Action.ROLLBACK,))
     assert [timeline.read_commit_metadata(r)["commitsRollback"] for r in rollbacks] == [[t]]
-    meta = _check_clustered(root, t, result, set(plan.file_groups), before, previous)  # type: ignore[union-attr]
+    meta = _check_clustered(root, t, result, set(plan.file_groups), before, as_of)  # type: ignore[union-attr]
     # as Hudi did it: same replaced groups, one output per group, same counts, same rows in the same order
     assert {p: sorted(ids) for p, ids in meta["partitionToReplaceFileIds"].items()} == {
         p: sorted(ids) for p, ids in hudi_meta["partitionToReplaceFileIds"].items()}
@@ -343,14 +339,14 @@ def test_sorts_merges_logs_and_replaces(tmp_path: Path, spark: Session, version:
     written_mor_table(root, version)  # several file groups per partition, log files with updates and deletes
     before = hudi_rs_rows(root)
     previous = _timeline(root).completed()[-1].requested_time
-    _rs_rows_as_of_before[root] = _rs_rows_as_of(root, previous)
+    as_of = (previous, _rs_rows_as_of(root, previous))
     sort = ("v", "id")
     t, plan = _schedule(root, ClusteringSettings(sort_columns=sort))
     requested = "replacecommit" if version == 6 else "clustering"
     assert (_timeline_dir(root) / f"{t}.{requested}.requested").is_file()
     assert any(s.delta_file_paths for g in plan.input_groups for s in g.slices)
     result = _run(root, t, spark)
-    _check_clustered(root, t, result, set(plan.file_groups), before, previous)
+    _check_clustered(root, t, result, set(plan.file_groups), before, as_of)
     for s in result.write_stats:
         assert _sorted_by(pq.read_table(root / s["path"]), sort)
     assert len(result.write_stats) == len(plan.input_groups)  # one output file group per group (1 GB target)
