@@ -261,7 +261,8 @@ def _record_index(root: Path, keys: set[str]) -> dict[str, dict[str, Any]]:
     return {k: v["recordIndexMetadata"] for k, v in live_records(root, "record_index").items() if k in keys}
 
 
-@pytest.mark.parametrize("fid", ["cow/v9_txns_simple_meta", "mor/avro/v9_txns_simple_meta"])
+@pytest.mark.parametrize("fid", ["cow/v9_txns_simple_meta", "mor/avro/v9_txns_simple_meta",
+                                 "cow/v9_txns_nonpart_meta"])
 def test_hudis_plan_on_a_metadata_table(
     tmp_path: Path, spark: Session, fid: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
