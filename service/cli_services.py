@@ -45,7 +45,7 @@ from hoodie.heartbeat import (
     is_heartbeat_expired,
     last_heartbeat_ms,
 )
-from hoodie.instant import Action, Instant, State, require_instant_time
+from hoodie.instant import WRITE_ACTIONS, Action, Instant, State, require_instant_time
 from hoodie.locks import LockSettings, TableLock
 from hoodie.mdt_clean import require_clean_maintainable
 from hoodie.mdt_index_rollback import IndexingAbort, rollback_failed_indexing
@@ -170,8 +170,14 @@ def _no_executor(timeline: Timeline, inst: Instant) -> str:
             target = ((timeline.read_plan(inst) or {}).get("instantToRollback") or {}).get("commitTime")
         except HoodieFormatError:
             target = None  # reported as it is; `hoodied rollback` gives the error
-        if target:
+        undone = timeline.get(target) if target else None
+        if undone is not None and is_table_service(timeline, undone):
             return f"{t} rollback: pending; finish it with `hoodied rollback TABLE --instant {target}`"
+        if target:
+            return (f"{t} rollback: pending rollback of the data write {target}; hoodied rolls back table "
+                    "services only, the table's writer finishes it; left untouched")
+    if inst.action in WRITE_ACTIONS and not is_table_service(timeline, inst):
+        return f"{t} {action} ({inst.state.value}): a data write, not a table service; left untouched"
     return f"{t} {action} ({inst.state.value}): no executor yet, left untouched"
 
 
@@ -213,7 +219,12 @@ def execute_pending(
     else:
         targets = timeline.pending()  # sorted by requested time
     outcomes: list[ExecuteOutcome] = []
-    for inst in targets:
+    for n, inst in enumerate(targets):
+        if n and outcomes[-1].status == "executed":  # a job may have finished later instants (a rollback)
+            timeline = Timeline.load(storage, config)
+            current = timeline.get(inst.requested_time)
+            if current is None or current.is_completed:
+                continue
         service = service_of(timeline, inst)
         runner = runners.get(service) if service is not None else None
         if inst.action is not Action.CLEAN and runner is None:

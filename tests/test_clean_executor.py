@@ -488,57 +488,62 @@ def test_resolve_plan_rules(tmp_path: Path) -> None:
 # ---------------------------------------------------------------------------- execute: other pending instants
 
 
+def _reopen_latest_write(root: Path, action: str) -> str:
+    """The table's latest completed ``action`` becomes a data write still in progress."""
+    done = sorted((root / ".hoodie" / "timeline").glob(f"*_*.{action}"))[-1]
+    done.unlink()
+    return done.name.split("_")[0]
+
+
 def test_execute_reports_other_pending_actions_and_skips_live_cleans(hudi_table) -> None:  # type: ignore[no-untyped-def]
     root = hudi_table("mor/avro/v9_txns_simple_nometa")
-    folder = root / ".hoodie" / "timeline"
-    c = next(folder.glob("*.clustering.requested")).name.split(".")[0]
-    next(folder.glob(f"{c}_*")).unlink()  # a pending clustering: no executor yet
+    w = _reopen_latest_write(root, "deltacommit")  # a writer's delta commit: nothing for hoodied to run
     out = _run("schedule", "clean", str(root), "--retained", "1", *SKEW)
     assert out.exit_code == 0, out.stdout
     t = out.stdout.split()[0]
     storage = LocalStorage(str(root))
     before = _files(root)
+    writing = f"{w} deltacommit (inflight): a data write, not a table service; left untouched"
     with Heartbeat(storage, t, interval_ms=60_000):  # another executor is on it
         live = _run("execute", str(root), *SKEW)
         assert live.exit_code == 0, live.stdout
         lines = live.stdout.splitlines()
-        assert lines[0] == f"{c} clustering (inflight): no executor yet, left untouched"
+        assert lines[0] == writing
         assert lines[1].startswith(f"{t} clean: skipped, {t}: clean has a live heartbeat (last beat at ")
         assert lines[1].endswith("another executor is working on it") and len(lines) == 2
         one = _run("execute", str(root), "--instant", t, *SKEW)
         assert one.exit_code == 1 and "another executor is working on it" in one.stderr
         assert _files(root) - {f".hoodie/.heartbeat/{t}"} == before - {f".hoodie/.heartbeat/{t}"}
-    clustering = _run("execute", str(root), "--instant", c, *SKEW)
-    assert clustering.exit_code == 5 and f"{c} clustering (inflight): no executor yet" in clustering.stderr
+    write = _run("execute", str(root), "--instant", w, *SKEW)
+    assert write.exit_code == 5 and writing in write.stderr
     done = _run("execute", str(root), *SKEW)
     assert done.exit_code == 0, done.stdout
-    assert done.stdout.splitlines()[0] == f"{c} clustering (inflight): no executor yet, left untouched"
+    assert done.stdout.splitlines()[0] == writing
     assert done.stdout.splitlines()[1].startswith(f"{t} clean: ")
     again = _run("execute", str(root), "--instant", t, *SKEW)
     assert again.exit_code == 0 and again.stdout.strip() == f"{t} clean: already completed, nothing to do"
-    assert _open(root)[2].get(c).state is State.INFLIGHT  # type: ignore[union-attr]
+    assert _open(root)[2].get(w).state is State.INFLIGHT  # type: ignore[union-attr]
     with pytest.raises(InstantStateError, match="no clean instant"):
-        execute_clean(storage, load_table_config(storage), InProcessLock(storage.base_uri), c)
+        execute_clean(storage, load_table_config(storage), InProcessLock(storage.base_uri), w)
 
 
-def test_execute_points_a_pending_rollback_to_the_rollback_command(hudi_table) -> None:  # type: ignore[no-untyped-def]
-    from planners.rollback import schedule_rollback
-
+def test_execute_leaves_a_pending_rollback_of_a_data_write_to_the_writer(hudi_table) -> None:  # type: ignore[no-untyped-def]
     root = hudi_table("cow/v9_txns_simple_nometa")
-    folder = root / ".hoodie" / "timeline"
-    c = next(folder.glob("*.clustering.requested")).name.split(".")[0]
-    next(folder.glob(f"{c}_*")).unlink()  # a failed clustering attempt
-    storage, config, timeline = _open(root)
+    w = _reopen_latest_write(root, "commit")  # a failed data write its writer planned a rollback for
+    storage, config, _ = _open(root)
     lock = InProcessLock(storage.base_uri)
+    plan = {"instantToRollback": {"commitTime": w, "action": "commit"}, "RollbackRequests": [],
+            "version": 1}
     with lock:
-        writer = TimelineWriter(storage, config, lock, time_settings=FAST)
-        r = schedule_rollback(writer, timeline, timeline.get(c)).requested_time  # type: ignore[arg-type]
+        r = TimelineWriter(storage, config, lock, time_settings=FAST).schedule(
+            Action.ROLLBACK, plan).requested_time
     before = _files(root)
     out = _run("execute", str(root), *SKEW)
     assert out.exit_code == 0, out.stderr
     assert out.stdout.splitlines() == [
-        f"{c} clustering (inflight): no executor yet, left untouched",
-        f"{r} rollback: pending; finish it with `hoodied rollback TABLE --instant {c}`",
+        f"{w} commit (inflight): a data write, not a table service; left untouched",
+        f"{r} rollback: pending rollback of the data write {w}; hoodied rolls back table services only, "
+        "the table's writer finishes it; left untouched",
     ]
     assert _files(root) == before
 
