@@ -41,8 +41,9 @@ from hoodie.hfile_writer import encode_base_hfile, encode_log_block_hfile, java_
 from hoodie.logfile import BlockType, HeaderKey, encode_block
 from hoodie.mdt_records import ALL_PARTITIONS_KEY, RecordType, partition_to_key
 
-#: One MDT row: (row key, HoodieMetadataRecord as a dict, ``key`` field included).
-MetadataRecord = tuple[str, dict[str, Any]]
+#: One MDT row: (row key, HoodieMetadataRecord as a dict, ``key`` field included); a record of
+#: None is a delete of the key (record and secondary index deletes: a DELETE block entry).
+MetadataRecord = tuple[str, dict[str, Any] | None]
 
 FILES = "files"
 COLUMN_STATS = "column_stats"
@@ -268,6 +269,8 @@ def encode_value(record: Mapping[str, Any], table_version: int) -> bytes:
 def _cells(records: Iterable[MetadataRecord], table_version: int) -> list[tuple[str, bytes]]:
     cells = []
     for key, record in records:
+        if record is None:
+            raise ValueError(f"MDT delete of {key!r} has no HFile cell (it goes to a DELETE block)")
         if record.get("key") not in (key, "", None):
             raise ValueError(f"MDT record {key!r} carries a different key field {record.get('key')!r}")
         cells.append((key, encode_value(record, table_version)))

@@ -11,10 +11,14 @@ the job. This module writes that delta commit:
 2. per MDT partition, records routed to file groups by ``file_group_index`` (file groups =
    the partition's existing file ids, sorted); every file group that receives records gets a
    new log file ``.<fileId>_<T>.log.1_<writeToken>`` holding one HFILE_DATA block
-   (``mdt_encode.encode_hfile_data_block``), written once;
+   (``mdt_encode.encode_hfile_data_block``) of its records and, after it, one DELETE block
+   (header ``INSTANT_TIME`` and ``SCHEMA``) of its deletes (records of None):
+   ``HoodieDeleteRecord{key, partitionPath = MDT partition, orderingVal IntWrapper 0}``, as
+   Hudi's append handle writes record-index and secondary-index deletes; written once;
 3. ``T_<completion>.deltacommit``: one write stat per log file (path
-   ``<partition>/<log file>``, ``prevCommit`` T, counts, sizes, ``logVersion`` 1) and
-   ``extraMetadata.schema`` = the record schema without meta fields.
+   ``<partition>/<log file>``, ``prevCommit`` T, ``numWrites`` = ``numUpdateWrites`` = records,
+   ``numDeletes`` = deletes, sizes, ``logVersion`` 1) and ``extraMetadata.schema`` = the record
+   schema without meta fields.
 
 Re-running T, as Hudi's ``commitInternal`` does: when the MDT timeline already holds T (pending
 after a crash in the middle, or completed while the data instant T failed afterwards), T is
@@ -48,7 +52,14 @@ from hoodie.errors import UnsupportedTableError
 from hoodie.filenames import BaseFileName, LogFileName, make_write_token
 from hoodie.instant import Action, Instant, State
 from hoodie.locks import TableLock
-from hoodie.logfile import write_log_file
+from hoodie.logfile import (
+    BlockType,
+    DeleteRecord,
+    HeaderKey,
+    encode_block,
+    encode_delete_block,
+    write_log_file,
+)
 from hoodie.mdt_colstats import column_stats_columns
 from hoodie.mdt_encode import (
     COLUMN_STATS,
@@ -57,6 +68,7 @@ from hoodie.mdt_encode import (
     encode_hfile_data_block,
     file_group_index,
     metadata_payload_schema_json,
+    metadata_schema_json,
 )
 from hoodie.mdt_rollback import rollback_mdt_deltacommit
 from hoodie.mdt_upkeep import UpkeepResult, maintain
@@ -83,6 +95,7 @@ class MdtLogFile:
     name: str  # log file name
     size: int
     records: int
+    deletes: int = 0
 
     @property
     def path(self) -> str:
@@ -168,15 +181,20 @@ class MetadataWriter:
             log.info("%s: MDT delta commit %s already completed", METADATA_FOLDER, instant_time)
             return done
         # Route and encode everything before touching the timeline: a bad record fails here.
-        blocks: list[tuple[str, str, int, bytes]] = []  # (partition, file id, records, block)
+        blocks: list[tuple[str, str, int, int, list[bytes]]] = []  # partition, file id, counts, blocks
         for partition in sorted(records):
             groups = self.file_groups(partition)
             routed: dict[int, list[MetadataRecord]] = {}
             for record in records[partition]:
                 routed.setdefault(file_group_index(record[0], len(groups)), []).append(record)
             for index in sorted(routed):
-                block = encode_hfile_data_block(routed[index], instant_time, self.data_config.version)
-                blocks.append((partition, groups[index], len(routed[index]), block))
+                data = [r for r in routed[index] if r[1] is not None]
+                deletes = [key for key, r in routed[index] if r is None]
+                version = self.data_config.version
+                encoded = [encode_hfile_data_block(data, instant_time, version)] if data else []
+                if deletes:
+                    encoded.append(self._delete_block(partition, deletes, instant_time))
+                blocks.append((partition, groups[index], len(data), len(deletes), encoded))
         # the MDT's own services first, as Hudi runs them when the data writer sets up its MDT writer
         if self.upkeep:
             self.last_upkeep = maintain(self.timeline, self.data_storage, self.data_config,
@@ -188,20 +206,25 @@ class MetadataWriter:
             instant_time, Action.DELTA_COMMIT, self._commit_metadata({}, operation, with_schema=False)
         )
         stats: dict[str, list[dict[str, Any]]] = {}
-        for token, (partition, file_id, count, block) in enumerate(blocks):
+        for token, (partition, file_id, count, deleted, encoded) in enumerate(blocks):
             name = LogFileName(file_id, instant_time, 1, make_write_token(token, 0, 0)).format()
             self.lock.ensure_held()
-            size = write_log_file(self.storage, f"{partition}/{name}", [block])
-            log.info(
-                "%s/%s/%s: written (%d records, %d bytes)", METADATA_FOLDER, partition, name, count, size
-            )
-            lf = MdtLogFile(partition, file_id, name, size, count)
+            size = write_log_file(self.storage, f"{partition}/{name}", encoded)
+            log.info("%s/%s/%s: written (%d records, %d deletes, %d bytes)",
+                     METADATA_FOLDER, partition, name, count, deleted, size)
+            lf = MdtLogFile(partition, file_id, name, size, count, deleted)
             stats.setdefault(partition, []).append(_write_stat(lf, instant_time))
             if after_log is not None:
                 after_log()
         return self.timeline.complete(
             instant_time, Action.DELTA_COMMIT, self._commit_metadata(stats, operation, with_schema=True)
         )
+
+    def _delete_block(self, partition: str, keys: list[str], instant_time: str) -> bytes:
+        header = {HeaderKey.INSTANT_TIME: instant_time,
+                  HeaderKey.SCHEMA: metadata_schema_json(self.data_config.version)}
+        deletes = [DeleteRecord(key, partition, 0, "IntWrapper") for key in keys]
+        return encode_block(BlockType.DELETE, header, encode_delete_block(deletes))
 
     def _data_completed(self, instant_time: str) -> bool:
         """Whether the data instant ``instant_time`` is completed on the data timeline."""
@@ -280,6 +303,7 @@ def _write_stat(lf: MdtLogFile, instant_time: str) -> dict[str, Any]:
         prev_commit=instant_time,
         num_writes=lf.records,
         num_updates=lf.records,
+        num_deletes=lf.deletes,
         file_size=lf.size,
         log_version=1,
         base_file="",
