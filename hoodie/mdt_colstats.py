@@ -22,6 +22,8 @@ This module owns how Hudi turns a parquet footer into ``HoodieMetadataColumnStat
   V1 encoding could not be checked against a Hudi-written table;
 - partition stats (type 6): per column the same aggregation over the given files of one
   partition, ``fileName`` = partition path, ``isTightBound`` true.
+
+The ranges of a log file (no footer) come from ``hoodie.mdt_logstats`` in the same model.
 """
 
 from __future__ import annotations
@@ -99,7 +101,7 @@ _PLAIN = {
 _TIME_UNITS = {"milliseconds": "MILLIS", "microseconds": "MICROS", "nanoseconds": "NANOS"}
 #: Types whose V1 (table version 8) wrapper is the V2 one: the plain Java value wrapped by its
 #: primitive wrapper (strings, longs and doubles are in the v8 fixture).
-_V1_TYPES = frozenset({ValueType.BOOLEAN, ValueType.INT, ValueType.LONG, ValueType.FLOAT,
+V1_TYPES = frozenset({ValueType.BOOLEAN, ValueType.INT, ValueType.LONG, ValueType.FLOAT,
                        ValueType.DOUBLE, ValueType.STRING, ValueType.BYTES})  # fmt: skip
 
 
@@ -123,7 +125,7 @@ class ColumnRange:
     total_uncompressed_size: int
 
 
-def _java_bytes(unscaled: int) -> bytes:
+def java_bytes(unscaled: int) -> bytes:
     """``BigInteger.toByteArray``: minimal big-endian two's complement, sign bit included."""
     bits = (unscaled if unscaled >= 0 else ~unscaled).bit_length()
     return unscaled.to_bytes(bits // 8 + 1, "big", signed=True)
@@ -180,7 +182,7 @@ def _primitive(vtype: ValueType, raw: Any) -> Any:
         return str(uuid.UUID(bytes=bytes(raw)))
     if vtype is ValueType.DECIMAL:
         unscaled = raw if isinstance(raw, int) else int.from_bytes(bytes(raw), "big", signed=True)
-        return _java_bytes(unscaled)
+        return java_bytes(unscaled)
     if vtype in (ValueType.BYTES, ValueType.FIXED):
         return bytes(raw)
     if vtype is ValueType.BOOLEAN:
@@ -199,7 +201,14 @@ def _float_bounds(low: float, high: float) -> tuple[float | None, float | None]:
 
 
 def _merge(a: ColumnRange, b: ColumnRange) -> ColumnRange:
-    """``HoodieColumnRangeMetadata.merge``: min of mins, max of maxes (nulls ignored), sums."""
+    """``HoodieColumnRangeMetadata.merge``: min of mins, max of maxes (nulls ignored), sums.
+
+    A range of value type NULL (a delete-only log file, or an all-null stored column) takes the
+    other range's type: Hudi's partition stats of a partition with such a file keep the
+    column's real type (v9 fixture, delete-only delta commit 20260307162606034).
+    """
+    if a.value_type is ValueType.NULL and b.value_type is not ValueType.NULL:
+        a = replace(a, value_type=b.value_type, type_info=b.type_info)
 
     def pick(x: Any, y: Any, smaller: bool) -> Any:
         if x is None or y is None:
@@ -234,7 +243,7 @@ def column_ranges(
             continue  # not in this file (added to the schema later): Hudi writes nothing for it
         col = metadata.schema.column(index)
         vtype, info = _value_type(col, file_name)
-        if table_version < 9 and vtype not in _V1_TYPES:
+        if table_version < 9 and vtype not in V1_TYPES:
             raise UnsupportedTableError(
                 f"{file_name}: column stats of {vtype.name} column {name} are not supported for table "
                 "version 8 (hoodied writes them for table version 9)"

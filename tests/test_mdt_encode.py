@@ -25,10 +25,10 @@ from hoodie.hfile import HFileReader
 from hoodie.logfile import BlockType, HeaderKey, hfile_block_content, read_log_blocks
 from hoodie.mdt_colstats import (
     ValueType,
-    _java_bytes,
     column_ranges,
     column_stats_columns,
     column_stats_records,
+    java_bytes,
     partition_stats_records,
     read_parquet_metadata,
 )
@@ -439,7 +439,7 @@ def test_java_big_integer_bytes() -> None:
     cases = {0: b"\x00", 1: b"\x01", -1: b"\xff", 127: b"\x7f", 128: b"\x00\x80", -128: b"\x80",
              -129: b"\xff\x7f", 2500: b"\t\xc4", 255: b"\x00\xff"}  # fmt: skip
     for value, raw in cases.items():
-        assert _java_bytes(value) == raw, value
+        assert java_bytes(value) == raw, value
 
 
 # --- hudi-rs reads our log blocks ----------------------------------------------------------------
