@@ -33,11 +33,20 @@ written. Markers and the heartbeat go afterwards.
 An inflight log compaction is a failed attempt (or a live one, by its heartbeat): refused
 here, rolled back by ``service.cli_services.rollback_failed_attempt`` (markers name the log
 files to delete), then re-executed from the plan. Tables with a metadata table: the MDT delta
-commit T (the new log files in ``files``) is written and completed under the lock right before T
-(``hoodie.mdt_commit.write_commit_to_metadata_table``); tables with an MDT partition a log
-compaction cannot keep exact (anything but ``files`` and ``bloom_filters``: Hudi derives
-column stats, record-index deletes and secondary-index changes from the appended records) are
-refused before anything is written.
+commit T is written and completed under the lock right before T
+(``hoodie.mdt_commit.write_commit_to_metadata_table``): the new log files in ``files``, their
+column statistics in ``column_stats`` and ``partition_stats``, record-index deletes of their
+deleted keys, nothing for secondary indexes. The driver derives the statistics by re-reading
+each new log file (``hoodie.mdt_logstats``), one file at a time: memory stays bounded by one
+slice, the statistics are those of the bytes on storage (a task attempt that wrote the file
+and one that reported stats cannot disagree), and the same code reproduces Hudi's own records
+of Hudi-written log files; the cost is one extra read of what the job wrote. Tables with an MDT
+partition a log compaction cannot keep exact (expression indexes, a partitioned record index)
+are refused before anything is written. Refusals that depend on the written records (a log
+file's column statistics hoodied cannot write exactly, a record-index delete that would drop a
+live entry: ``hoodie.mdt_commit``) come after the tasks: the metadata table and the completed
+timeline are untouched, the instant stays inflight as a failed attempt (rolled back before any
+retry, as after a failed Spark job).
 
 Test hook (``hoodie.crashpoints``): ``requested``, ``inflight``, ``written`` (all tasks done,
 nothing committed), ``mdt-log-written``, ``mdt-done`` on the driver, ``task:<k>`` in the task

@@ -7,8 +7,9 @@ log-compact: copy-on-write tables (no log files); table version 6, whose log fil
 slice's base instant (a failed attempt could not be undone by deleting its files, and Hudi 0.x
 readers honour ``COMPACTED_BLOCK_TIMES`` only with the optimized log-block scan switched on);
 tables without meta fields; tables with an MDT partition a log compaction's MDT delta commit
-cannot keep exact (``hoodie.mdt_commit.require_commit_maintainable``: only ``files`` and
-``bloom_filters`` are).
+cannot keep exact (``hoodie.mdt_commit.require_commit_maintainable``: ``files``,
+``column_stats``, ``partition_stats``, ``bloom_filters``, a global ``record_index`` and the
+secondary indexes are kept).
 """
 
 from __future__ import annotations

@@ -10,8 +10,8 @@ with, per MDT partition (``HoodieTableMetadataUtil.convertMetadataToRecords``):
   per name). Nothing is deleted: a clustering's replaced file groups stay listed until a clean
   removes their files (``convertMetadataToFilesPartitionRecords``);
 - ``column_stats``: the stats of every new file (``convertMetadataToColumnStatsRecords``). A base
-  file's come from its parquet footer (``hoodie.mdt_colstats``); a log file's would come from the
-  records the append handle wrote, which hoodied does not compute: such a commit is refused;
+  file's come from its parquet footer (``hoodie.mdt_colstats``), a log file's from the records
+  the append handle wrote (``hoodie.mdt_logstats``: re-read from the written file);
 - ``partition_stats`` (``PartitionStatsIndexer`` / ``convertMetadataToPartitionStatRecords``):
   per partition of M, with ``column_stats`` available ("tight bound"): the stats of M's new
   files plus the ``column_stats`` records the MDT holds for the files of the partition's latest
@@ -21,21 +21,32 @@ with, per MDT partition (``HoodieTableMetadataUtil.convertMetadataToRecords``):
   UTF-8 bytes), type = the writer's ``hoodie.bloom.index.filter.type`` (DYNAMIC_V0), timestamp T
   (``convertMetadataToBloomFilterRecords``; delta write stats get none);
 - ``record_index``: nothing for ``COMPACT`` (``convertMetadataToRecordIndexRecords`` returns
-  early); a clustering passes its moved keys (``record_index`` argument);
+  early); a clustering passes its moved keys (``record_index`` argument); a ``LOG_COMPACT``
+  is not among the early returns in Hudi 1.0.x/1.1.x: the write stat of each new log file
+  names only that file, so Hudi reads it alone and writes a record-index delete (a DELETE
+  block entry) for every key of its delete blocks (``getRevivedAndDeletedKeysFromMergedLogs``,
+  "only current log file" branch). Re-deleting a deleted key changes nothing, except when the
+  key lives again in another file group (deleted here, inserted there later): the delete
+  would then drop a live entry (newer Hudi skips ``LOG_COMPACT`` here). hoodied refuses that
+  case (the MDT untouched) rather than corrupt the index;
 - secondary indexes: nothing for ``COMPACT`` and ``CLUSTER``
   (``updateSecondaryIndexIfPresent`` / ``getSecondaryIndexUpdates`` return early: the
-  record key -> secondary key mapping does not change).
+  record key -> secondary key mapping does not change). A ``LOG_COMPACT`` goes through
+  ``convertWriteStatsToSecondaryIndexRecords``, which diffs record key -> secondary key of the
+  file group's previous slice against the same slice plus the new log file: a log compaction
+  writes exactly the merged records of the slice's blocks, and re-merging a merge result over
+  its inputs gives it back, so the diff is empty and Hudi writes nothing either.
 
 ``write_commit_to_metadata_table`` writes and completes that delta commit (``MetadataWriter``:
 a partial or orphaned MDT delta commit T of an earlier attempt is rolled back first), with the
 crash points ``mdt-log-written`` (after each MDT log file) and ``mdt-done`` (MDT T completed,
 data T not yet).
 
-``LOG_COMPACT`` is not among Hudi's early returns: its column stats of the new log file come
-from the appended records, its record-index records are the deletes of the new log file and the
-secondary indexes are recomputed from the file slice. hoodied keeps only ``files`` and
-``bloom_filters`` exact for a log compaction (``maintained_partitions``); a table with any other
-MDT partition is refused by ``require_commit_maintainable`` before anything is written.
+Tables with an MDT partition an operation cannot keep exact (``maintained_partitions``:
+expression indexes, a partitioned record index for ``CLUSTER`` and ``LOG_COMPACT``) are refused
+by ``require_commit_maintainable`` before anything is written. The data-dependent refusals (a
+log file's column statistics ``hoodie.mdt_logstats`` cannot write exactly, the record-index
+case above) come from ``commit_mdt_records``, before any MDT file is written.
 """
 
 from __future__ import annotations
@@ -69,10 +80,13 @@ from hoodie.mdt_encode import (
     MetadataRecord,
     bloom_filter_key,
     empty_record,
+    file_group_index,
     files_record,
     hash_id_64,
     partition_list_record,
 )
+from hoodie.mdt_index_records import record_index_file_id
+from hoodie.mdt_logstats import LogFileStats, log_file_stats
 from hoodie.mdt_merge import merge_file_slice
 from hoodie.mdt_records import RecordType, partition_to_key
 from hoodie.mdt_writer import MetadataWriter, require_mdt_maintainable
@@ -106,7 +120,7 @@ DEFAULT_BLOOM_TYPE = "DYNAMIC_V0"
 _MAINTAINED: dict[str, tuple[frozenset[str], bool]] = {
     COMPACT: (frozenset({FILES, COLUMN_STATS, PARTITION_STATS, BLOOM_FILTERS, RECORD_INDEX}), True),
     CLUSTER: (frozenset({FILES, COLUMN_STATS, PARTITION_STATS, BLOOM_FILTERS, RECORD_INDEX}), True),
-    LOG_COMPACT: (frozenset({FILES, BLOOM_FILTERS}), False),
+    LOG_COMPACT: (frozenset({FILES, COLUMN_STATS, PARTITION_STATS, BLOOM_FILTERS, RECORD_INDEX}), True),
 }
 #: Wrapper names of a table version 8 ("V1") column stats value -> the value type it stands for.
 _V1_WRAPPERS = {
@@ -137,7 +151,7 @@ def require_commit_maintainable(storage: Storage, config: TableConfig, operation
     """Refuse ``what`` (nothing written) when a commit of ``operation`` could not keep this table's
     metadata table exact. A table without a metadata table always passes."""
     require_mdt_maintainable(storage, config, what, maintained_partitions(config, operation))
-    if operation == CLUSTER and RECORD_INDEX in config.metadata_partitions:
+    if operation in (CLUSTER, LOG_COMPACT) and RECORD_INDEX in config.metadata_partitions:
         options = (index_definitions(storage, config.props).get(RECORD_INDEX) or {}).get("indexOptions") or {}
         if str(options.get("isPartitioned", "false")).lower() == "true":
             raise UnsupportedTableError(
@@ -182,18 +196,62 @@ def _bloom_record(
 
 
 def _file_ranges(
-    storage: Storage, partition: str, names: Iterable[str], columns: tuple[str, ...], version: int
+    storage: Storage, partition: str, names: Iterable[str], columns: tuple[str, ...], version: int,
+    logs: Mapping[tuple[str, str], LogFileStats],
 ) -> list[ColumnRange]:
     ranges: list[ColumnRange] = []
     for name in names:
         if BaseFileName.parse(name) is None:
-            raise UnsupportedTableError(
-                f"{partition}/{name}: MDT partition column_stats needs the stats of the records appended "
-                "to this log file, which hoodied does not compute (nothing was changed)"
-            )
+            ranges.extend(logs[(partition, name)].ranges)
+            continue
         path = f"{partition}/{name}" if partition else name
         ranges.extend(column_ranges(read_parquet_metadata(storage, path), name, columns, version))
     return ranges
+
+
+def _log_stats(
+    storage: Storage, new: Mapping[str, Mapping[str, int]], columns: tuple[str, ...], version: int
+) -> dict[tuple[str, str], LogFileStats]:
+    """Ranges and deleted keys of every new log file (each file read once, one at a time)."""
+    return {(p, name): log_file_stats(storage, p, name, columns, version)
+            for p, files in sorted(new.items()) for name in sorted(files)
+            if BaseFileName.parse(name) is None}
+
+
+def _log_compaction_deletes(
+    data_storage: Storage, data_config: TableConfig, commit_metadata: Mapping[str, Any],
+    logs: Mapping[tuple[str, str], LogFileStats],
+) -> list[MetadataRecord]:
+    """The record-index deletes of a log compaction: every deleted key of its new log files,
+    once. Refused when a key's live entry is in another file group (see the module docstring)."""
+    owner: dict[str, tuple[str, str]] = {}
+    for partition, stats in (commit_metadata.get("partitionToWriteStats") or {}).items():
+        for stat in stats or ():
+            name = (stat.get("path") or "").rsplit("/", 1)[-1]
+            if (partition, name) in logs:
+                for key in logs[(partition, name)].deleted_keys:
+                    owner[key] = (partition, str(stat.get("fileId")))
+    if not owner:
+        return []
+    mdt = MetadataTable.open(data_storage, data_config, Timeline.load(data_storage, data_config))
+    assert mdt is not None
+    slices = mdt.file_slices(RECORD_INDEX)
+    wanted: dict[int, list[str]] = {}
+    for key in owner:
+        wanted.setdefault(file_group_index(key, len(slices)), []).append(key)
+    for index, keys in sorted(wanted.items()):
+        fs = slices[index]
+        entries = merge_file_slice(mdt.storage, mdt.timeline, fs.base_file, list(fs.log_files)).entries
+        for key in keys:
+            live = entries.get(key)
+            info = live.record.get("recordIndexMetadata") if live is not None else None
+            info = info[1] if isinstance(info, tuple) else info
+            if info and (info.get("partitionName"), record_index_file_id(info)) != owner[key]:
+                raise UnsupportedTableError(
+                    f"{data_storage.base_uri}: record key {key} deleted in {'/'.join(owner[key])} lives in "
+                    f"file group {record_index_file_id(info)}; Hudi's record-index delete of a log "
+                    "compaction would drop that entry (the metadata table was not changed)")
+    return [(key, None) for key in sorted(owner)]
 
 
 def _unwrap(value: Any) -> tuple[str | None, Any]:
@@ -288,7 +346,9 @@ def commit_mdt_records(
             for name in sorted(files) if BaseFileName.parse(name) is not None
         ]
     columns = column_stats_columns(data_storage, data_config.props) or ()
-    ranges = {p: _file_ranges(data_storage, p, sorted(files), columns, version)
+    deletes_due = operation == LOG_COMPACT and RECORD_INDEX in declared
+    logs = _log_stats(data_storage, new, columns, version) if COLUMN_STATS in declared or deletes_due else {}
+    ranges = {p: _file_ranges(data_storage, p, sorted(files), columns, version, logs)
               for p, files in sorted(new.items())} if COLUMN_STATS in declared else {}
     if COLUMN_STATS in declared:
         out[COLUMN_STATS] = [r for p, rs in ranges.items() for r in column_stats_records(p, rs, version)]
@@ -312,6 +372,9 @@ def commit_mdt_records(
         if RECORD_INDEX not in declared:
             raise UnsupportedTableError(f"{data_storage.base_uri}: record index records, no record_index")
         out[RECORD_INDEX] = list(record_index)
+    if deletes_due:
+        out[RECORD_INDEX] = [*out.get(RECORD_INDEX, ()),
+                             *_log_compaction_deletes(data_storage, data_config, commit_metadata, logs)]
     return {k: v for k, v in out.items() if v or k == FILES}
 
 

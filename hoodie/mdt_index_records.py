@@ -45,6 +45,7 @@ __all__ = [
     "encode_index_base_file",
     "escape_key",
     "partition_stats_cells",
+    "record_index_file_id",
     "record_index_record",
     "record_index_value",
     "secondary_index_file_group",
@@ -86,6 +87,14 @@ def record_index_record(key: str, partition: str, file_id: str, instant_millis: 
         "position": None,
     }
     return record
+
+
+def record_index_file_id(info: dict[str, Any]) -> str:
+    """The data file id a ``recordIndexMetadata`` payload points to (both file id encodings)."""
+    if info.get("fileIdEncoding") == 1:
+        return str(info.get("fileId"))
+    bits = ((info["fileIdHighBits"] & (2**64 - 1)) << 64) | (info["fileIdLowBits"] & (2**64 - 1))
+    return f"{uuid.UUID(int=bits)}-{info['fileIndex']}"
 
 
 def _signed64(value: int) -> int:
