@@ -152,6 +152,24 @@ def _check_readers(root: Path, tmp: Path, rows: Any) -> None:
     assert committed_listing_drift(HoodieTable.open(str(root))).count == 0
 
 
+def log_compact_and_check(root: Path, tmp: Path, spark: Session, rows: Any) -> str:
+    """Schedule (threshold 2) and execute a log compaction; its MDT delta commit T completes
+    before the data instant T, and readers with and without the MDT still read ``rows``."""
+    storage = LocalStorage(str(root))
+    inst, planned = schedule_log_compaction(storage, InProcessLock(storage.base_uri),
+                                            LogCompactionSettings(blocks_threshold=2), time_settings=FAST)
+    assert inst is not None, planned.summary()
+    lc = inst.requested_time
+    result = run_spark_service(storage, InProcessLock(storage.base_uri), lc, spark, time_settings=FAST)
+    data = Timeline.load(storage, load_table_config(storage)).get(lc)
+    mdt = _mdt_timeline(root).get(lc)
+    assert data is not None and data.is_completed and data.action is Action.LOG_COMPACTION, result
+    assert mdt is not None and mdt.is_completed and mdt.action is Action.DELTA_COMMIT
+    assert mdt.completion_time < data.completion_time  # type: ignore[operator]
+    _check_readers(root, tmp, rows)
+    return lc
+
+
 def _check_mdt_deltacommit(root: Path, t: str) -> None:
     """MDT delta commit T completed, before the data instant T."""
     data = Timeline.load(LocalStorage(str(root)), load_table_config(LocalStorage(str(root))))
@@ -304,7 +322,8 @@ def test_an_mdt_partition_compaction_cannot_maintain_is_refused(hudi_table, spar
 
 def test_log_compaction_records_list_the_new_log_files(hudi_table) -> None:  # type: ignore[no-untyped-def]
     """A log compaction's MDT delta commit on a table whose MDT keeps ``files`` only: the new log
-    file with its size (Hudi lists log files like base files); column stats of a log file refused."""
+    file with its size (Hudi lists log files like base files); with column_stats declared, the
+    log file's column stats come along (``tests/test_log_compaction_mdt.py`` checks their values)."""
     root = hudi_table(V8)
     storage = LocalStorage(str(root))
     log = next(p for p in sorted(root.rglob(".*.log.*")) if p.relative_to(root).parts[0] != ".hoodie")
@@ -313,8 +332,8 @@ def test_log_compaction_records_list_the_new_log_files(hudi_table) -> None:  # t
             "partitionPath": partition, "fileSizeInBytes": log.stat().st_size, "logFiles": [log.name]}
     metadata = {"partitionToWriteStats": {partition: [stat]}, "operationType": "LOG_COMPACT"}
     t = "20991231000000000"
-    with pytest.raises(UnsupportedTableError, match="MDT partition column_stats needs the stats of the"):
-        commit_mdt_records(storage, load_table_config(storage), t, metadata)
+    full = commit_mdt_records(storage, load_table_config(storage), t, metadata)
+    assert {r["ColumnStatsMetadata"]["fileName"] for _, r in full["column_stats"]} == {log.name}  # type: ignore[index]
     props = root / ".hoodie" / "hoodie.properties"
     text = props.read_text()
     declared = ",".join(load_table_config(storage).metadata_partitions)
@@ -348,34 +367,13 @@ def test_log_compaction_on_a_files_only_mdt_table(hudi_table, tmp_path: Path,  #
                                                "hoodie.table.metadata.partitions=files"))
     rows = hudi_rs_rows(root)
     assert committed_listing_drift(HoodieTable.open(str(root))).count == 0
-    inst, planned = schedule_log_compaction(storage, InProcessLock(storage.base_uri),
-                                            LogCompactionSettings(blocks_threshold=2), time_settings=FAST)
-    assert inst is not None, planned.summary()
-    lc = inst.requested_time
-    result = run_spark_service(storage, InProcessLock(storage.base_uri), lc, spark, time_settings=FAST)
-    data = Timeline.load(storage, load_table_config(storage)).get(lc)
-    mdt = _mdt_timeline(root).get(lc)
-    assert data is not None and data.is_completed and data.action is Action.LOG_COMPACTION, result
-    assert mdt is not None and mdt.is_completed and mdt.action is Action.DELTA_COMMIT
-    assert mdt.completion_time < data.completion_time  # type: ignore[operator]
-    _check_readers(root, tmp_path, rows)
+    lc = log_compact_and_check(root, tmp_path, spark, rows)
     records = _mdt_records(root, lc)
     assert list(records) == ["files"]
     listed = {n: i["size"] for k, r in records["files"].items() if k != "__all_partitions__"
               for n, i in r["filesystemMetadata"].items()}
     new = [p for p in sorted(root.rglob(f".*_{lc}.log.*")) if p.relative_to(root).parts[0] != ".hoodie"]
     assert new and listed == {p.name: p.stat().st_size for p in new}
-
-
-def test_log_compaction_of_a_table_with_column_stats_is_refused(hudi_table) -> None:  # type: ignore[no-untyped-def]
-    """Hudi derives a log file's column stats from the appended records: not written by hoodied."""
-    root = hudi_table(V9)
-    before = _snapshot(root)
-    storage = LocalStorage(str(root))
-    with pytest.raises(UnsupportedTableError, match="MDT partition .*column_stats.* is not maintained"):
-        schedule_log_compaction(storage, InProcessLock(storage.base_uri), LogCompactionSettings(),
-                                time_settings=FAST)
-    assert _snapshot(root) == before
 
 
 # ---------------------------------------------------------------------------- crashes

@@ -331,9 +331,6 @@ def test_a_plan_naming_a_missing_log_file_fails_and_changes_nothing(tmp_path: Pa
 
 def test_refuses_unsupported_tables(hudi_table, tmp_path: Path, spark: Session) -> None:  # type: ignore[no-untyped-def]
     for fid, match in [("mor/avro/v6_trips_8i1u", "table version 6 is not supported"),
-                       ("mor/avro/v8_trips_8i3u1d",  # log-file column stats are not written by hoodied
-                        "MDT partition column_stats, partition_stats, record_index, "
-                        "secondary_index_rider_idx is not maintained by hoodied; log compaction"),
                        ("cow/v8_nonpartitioned", "needs a MERGE_ON_READ table")]:
         root = hudi_table(fid)
         storage = _storage(root)
