@@ -22,10 +22,11 @@ appends (``HoodieAppendHandle.processAppendResult`` ->
   types and strings only, as for base files.
 
 Cases whose Hudi encoding could not be checked against Hudi-written data are refused
-(``UnsupportedTableError``, nothing written): nested, complex or enum columns, a decimal
-column holding both negative and non-negative values in one log file (Hudi's comparison of
-decimal fixed values is byte-wise or numeric depending on how the record reached it), and in
-table version 9 a column whose records are all null (its value type is not pinned down).
+(``UnsupportedTableError``, raised before any MDT record is written): nested, complex or enum
+columns, a decimal column holding both negative and non-negative values in one log file
+(Hudi's comparison of decimal fixed values is byte-wise or numeric depending on how the record
+reached it), and in table version 9 a column whose records are all null (its value type is not
+pinned down).
 
 ``log_file_stats`` also returns the keys of the file's delete blocks: for a ``LOG_COMPACT``
 commit, Hudi 1.0/1.1's ``convertMetadataToRecordIndexRecords`` reads the new log file alone
@@ -160,7 +161,7 @@ def _column_bounds(col: pa.ChunkedArray, vtype: ValueType, info: str | None, whe
         if min(items) < 0 <= max(items):
             raise UnsupportedTableError(
                 f"{where}: decimal column holds negative and non-negative values; Hudi's ordering of "
-                "them in a log file's column stats is not pinned down (nothing was changed)")
+                "them in a log file's column stats is not pinned down (the metadata table was not changed)")
         low, high = min(items), max(items)
     elif vtype in (ValueType.FLOAT, ValueType.DOUBLE):
         low, high = min(items, key=_java_float_key), max(items, key=_java_float_key)
@@ -253,7 +254,7 @@ def _ranges(
         if version >= 9 and acc.values and acc.low is None:
             raise UnsupportedTableError(
                 f"{path}: column {column} holds only nulls; the value type Hudi records for it in a log "
-                "file's column stats is not pinned down (nothing was changed)")
+                "file's column stats is not pinned down (the metadata table was not changed)")
         vtype, info = (acc.vtype, acc.info) if acc.low is not None else (ValueType.NULL, None)
         out.append(ColumnRange(name, column, vtype, info, acc.low, acc.high, acc.nulls, acc.values, 0, 0))
     return out
