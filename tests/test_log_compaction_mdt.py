@@ -248,6 +248,8 @@ def test_log_compaction_keeps_every_mdt_partition_exact(fid: str, hudi_table, tm
             assert (got["valueCount"], got["nullCount"], *unwrap) == (
                 want["valueCount"], want["nullCount"], want["min"], want["max"]), (rel, c)
             assert got["totalSize"] == got["totalUncompressedSize"] == 0 and not got["isTightBound"]
+    counted = {cs["valueCount"] for f in by_file.values() for cs in f.values()}
+    assert counted == ({0} if fid == V8 else {1})  # v8: a delete-only file; v9: a record and a delete
     assert all(r["ColumnStatsMetadata"]["isTightBound"] for r in records["partition_stats"].values())
     # record_index: a delete of every deleted key of the new log files, nothing else
     deleted = sorted(d.record_key for rel in new for b in read_log_blocks(storage, rel)
