@@ -42,6 +42,7 @@ import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
+from functools import lru_cache
 from typing import Any
 
 import pyarrow as pa
@@ -98,13 +99,21 @@ class _Acc:
     values: int = 0
 
 
+@lru_cache(maxsize=8)
+def _fields(schema_json: str) -> dict[str, Any] | None:
+    """Top-level fields of an Avro record schema by name (parsed once per distinct schema)."""
+    try:
+        return {f["name"]: f for f in json.loads(schema_json)["fields"]}
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
 def _field_type(schema_json: str, column: str, where: str) -> tuple[ValueType, str | None] | None:
     """(value type, extra info) of a top-level field of an Avro record schema; None if absent."""
-    try:
-        fields = json.loads(schema_json)["fields"]
-    except (ValueError, KeyError, TypeError):
-        raise HoodieFormatError(f"{where}: SCHEMA header is not an Avro record schema") from None
-    field = next((f for f in fields if f.get("name") == column), None)
+    fields = _fields(schema_json)
+    if fields is None:
+        raise HoodieFormatError(f"{where}: SCHEMA header is not an Avro record schema")
+    field = fields.get(column)
     if field is None:
         if "." in column:
             raise UnsupportedTableError(
