@@ -300,8 +300,12 @@ def rollback(
     lock_retries: int,
     clock_skew_ms: int,
 ) -> None:
-    """Roll back a failed compaction, log compaction or clustering attempt, as Hudi does before a retry
-    (a failed indexing attempt is aborted: its metadata-table partition is dropped)."""
+    """Roll back a failed table-service attempt.
+
+    As Apache Hudi does before a retry: a compaction, log compaction or clustering gets a
+    rollback instant that deletes the attempt's files; a failed indexing attempt is aborted
+    (its metadata-table partition is dropped). The service is then requested again with its
+    unchanged plan."""
     require_instant_time(instant_time)
     storage = storage_for(table)
     settings = LockSettings(wait_ms=lock_wait_ms, retries=lock_retries)
@@ -393,15 +397,18 @@ def schedule_and_report(
 @click.option("--force", is_flag=True,
               help="Run a clean even when its heartbeat says another executor is alive.")
 @click.option("--spark", "spark_master", default="local", show_default=True,
-              help="Spark for compactions, log compactions and clusterings: local, local[N] or "
-                   "sc://HOST:PORT (Spark Connect).")
+              help="Spark for compactions, log compactions, clusterings and indexing: local, local[N] "
+                   "or sc://HOST:PORT (Spark Connect).")
 @click.option("--spark-conf", multiple=True, metavar="KEY=VALUE", help="A Spark setting, repeatable.")
 @lock_options
 def execute(table: str, instant_time: str | None, parallelism: int, heartbeat_interval_ms: int, force: bool,
             spark_master: str, spark_conf: tuple[str, ...],
             lock_option: str, lock_wait_ms: int, lock_retries: int, clock_skew_ms: int) -> None:
-    """Run pending cleans, compactions, log compactions and clusterings of TABLE (whoever planned
-    them), oldest first; list the rest."""
+    """Run the pending table services of TABLE.
+
+    Oldest first; the other pending instants are listed. Cleans, compactions, log
+    compactions, clusterings and indexing, whoever planned them (Apache Hudi's plans
+    included); a failed attempt is rolled back (an indexing aborted) first."""
     # service.compaction and service.spark_jobs import this module
     from service.compaction import parse_key_values, terminal_progress
     from service.spark_jobs import SPARK_SERVICES, SparkRunner
