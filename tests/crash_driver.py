@@ -44,10 +44,14 @@ def start_paused(
 
 
 def kill_group(proc: subprocess.Popen[bytes]) -> None:
-    """SIGKILL the driver; its process group (Spark JVM, Python workers) must be gone within 30 s."""
+    """SIGKILL the driver (unless it is gone); its process group (Spark JVM, Python workers) must be
+    gone within 30 s."""
     if proc.poll() is None:
         os.kill(proc.pid, signal.SIGKILL)
-    proc.communicate(timeout=30)
+        proc.communicate(timeout=30)
+        assert proc.returncode == -signal.SIGKILL
+    else:
+        proc.communicate(timeout=30)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         try:

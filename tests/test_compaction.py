@@ -13,10 +13,7 @@ One local Spark session serves the whole test session.
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,6 +23,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
+from crash_driver import kill_group, start_paused
 from hudi_schemas import decode_with_hudi_schema
 from mor_tables import hudi_rs_rows, hudi_rs_slices, multiset, written_mor_table
 
@@ -298,43 +296,10 @@ def test_refuses_a_live_attempt(hudi_table, spark: Session) -> None:  # type: ig
 # ---------------------------------------------------------------------------- kill -9
 
 
-def _wait(proc: subprocess.Popen[bytes], ready: Path, also: list[Path]) -> None:
-    deadline = time.monotonic() + 120
-    while not (ready.exists() and all(p.exists() for p in also)):
-        if proc.poll() is not None:
-            _, err = proc.communicate()
-            pytest.fail(f"driver exited ({proc.returncode}) before the pause point: {err.decode()[-3000:]}")
-        if time.monotonic() > deadline:
-            proc.kill()
-            pytest.fail("driver never reached the pause point")
-        time.sleep(0.05)
-
-
-def _kill_driver(proc: subprocess.Popen[bytes]) -> None:
-    """SIGKILL the driver only; its JVM and Python workers must go with it (they are waited for)."""
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.communicate(timeout=30)
-    assert proc.returncode == -signal.SIGKILL
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            os.killpg(proc.pid, 0)
-        except ProcessLookupError:
-            return
-        time.sleep(0.1)
-    os.killpg(proc.pid, signal.SIGKILL)  # leftovers of the killed driver's process group
-    pytest.fail("the killed driver's Spark processes outlived it by 30 s")
-
-
-def start_execute(root: Path, point: str, ready: Path) -> subprocess.Popen[bytes]:
-    """``hoodied execute`` in its own process group, told to pause at crash point ``point``."""
-    env = dict(os.environ, PYTHONPATH=str(PROJECT), HOODIED_TEST_PAUSE_AT=point,
-               HOODIED_TEST_PAUSE_READY=str(ready), HOODIED_TEST_PAUSE_S="120")
-    return subprocess.Popen(
-        [sys.executable, "-c", "from service.cli import main; main()", "execute", str(root),
-         "--spark", "local[2]", *HEARTBEAT, *SKEW],
-        env=env, cwd=PROJECT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
-    )
+def start_execute(root: Path, point: str, ready: Path, master: str = "local[2]") -> subprocess.Popen[bytes]:
+    """``hoodied execute`` in its own process group, paused at crash point ``point`` (returns once there)."""
+    args = ["execute", str(root), "--spark", master, *HEARTBEAT, *SKEW]
+    return start_paused("from service.cli import main; main()", args, point, ready, timeout=120)
 
 
 @pytest.mark.parametrize("point", ["task:1", "written"])
@@ -346,13 +311,12 @@ def test_kill_9_then_rollback_and_completion(tmp_path: Path, spark: Session, poi
     plan = _plan(root, t)
     assert len(plan["operations"]) >= 3
     ready = tmp_path / "ready"
-    proc = start_execute(root, point, ready)
+    # task:1 on one core -> operation 0 finished (its file is there), operation 1 waits after its
+    # marker, the later ones have not started
+    proc = start_execute(root, point, ready, "local[2]" if point == "written" else "local[1]")
     first = plan["operations"][0]
-    # task:1 -> operation 0 finished (its file is there), the later ones wait after their marker
-    first_done = [] if point == "written" else [root / first["partitionPath"]]
     try:
-        _wait(proc, ready, first_done)
-        if first_done:
+        if point != "written":
             deadline = time.monotonic() + 60
             while not list((root / first["partitionPath"]).glob(f"{first['fileId']}_*_{t}.parquet")):
                 assert time.monotonic() < deadline, "operation 0 never finished"
@@ -362,8 +326,7 @@ def test_kill_9_then_rollback_and_completion(tmp_path: Path, spark: Session, poi
         if point == "written":
             assert len(written) == len(plan["operations"])
     finally:
-        if proc.poll() is None:
-            _kill_driver(proc)
+        kill_group(proc)
     names = sorted(p.name for p in _timeline_dir(root).glob(f"{t}*"))
     assert names == [f"{t}.compaction.inflight", f"{t}.compaction.requested"]
     assert hudi_rs_rows(root) == before  # partial output is invisible

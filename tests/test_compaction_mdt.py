@@ -25,8 +25,9 @@ from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
+from crash_driver import kill_group
 from mor_tables import hudi_rs_rows
-from test_compaction import EVERYTHING, FAST, _kill_driver, _schedule, _wait, start_execute
+from test_compaction import EVERYTHING, FAST, _schedule, start_execute
 
 from executors.engine import Session, spark_session
 from hoodie.errors import UnsupportedTableError
@@ -387,11 +388,7 @@ def test_kill_9_around_the_mdt_deltacommit_then_retry(point: str, hudi_table, tm
     t = _schedule(root, EVERYTHING)
     ready = tmp_path / "ready"
     proc = start_execute(root, point, ready)
-    try:
-        _wait(proc, ready, [])
-    finally:
-        if proc.poll() is None:
-            _kill_driver(proc)
+    kill_group(proc)
     storage = LocalStorage(str(root))
     data = Timeline.load(storage, load_table_config(storage)).get(t)
     assert data is not None and data.is_pending

@@ -12,10 +12,6 @@ rolled back and the re-execution converges; bad plans and unsupported tables cha
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,6 +20,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
+from crash_driver import kill_group, start_paused
 from hudi_schemas import decode_with_hudi_schema
 from mor_tables import CITIES, SCHEMA, hudi_rs_rows, multiset
 
@@ -383,39 +380,15 @@ def _attempt_logs(root: Path, t: str) -> list[Path]:
     return sorted(p for p in root.rglob(f".*_{t}.log.1_*") if ".hoodie" not in p.relative_to(root).parts)
 
 
-def _kill_group(proc: subprocess.Popen[bytes]) -> None:
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.communicate(timeout=30)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            os.killpg(proc.pid, 0)
-        except ProcessLookupError:
-            return
-        time.sleep(0.1)
-    os.killpg(proc.pid, signal.SIGKILL)  # leftovers of the killed driver's own process group
-    pytest.fail("the killed driver's Spark processes outlived it by 30 s")
-
-
 @pytest.mark.parametrize("point", ["task:1", "written"])
 def test_kill_9_then_rollback_and_reexecution(tmp_path: Path, spark: Session, point: str) -> None:
     root = tmp_path / "table"
     many_blocks_table(root, 9)
     before = hudi_rs_rows(root)
     t, plan = _schedule(root)
-    ready = tmp_path / "ready"
-    env = dict(os.environ, PYTHONPATH=str(PROJECT), HOODIED_TEST_PAUSE_AT=point,
-               HOODIED_TEST_PAUSE_READY=str(ready), HOODIED_TEST_PAUSE_S="120")
-    proc = subprocess.Popen([sys.executable, "-c", _DRIVER, str(root), t], env=env, cwd=PROJECT,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    deadline = time.monotonic() + 180
+    proc = start_paused(_DRIVER, [str(root), t], point, tmp_path / "ready")
     try:
-        deadline = time.monotonic() + 180
-        while not ready.exists():
-            if proc.poll() is not None:
-                _, err = proc.communicate()
-                pytest.fail(f"driver exited ({proc.returncode}) before {point}: {err.decode()[-3000:]}")
-            assert time.monotonic() < deadline, "driver never reached the pause point"
-            time.sleep(0.05)
         if point == "written":
             assert len(_attempt_logs(root, t)) == len(plan["operations"])
         else:  # operation 1 paused after its marker, before its file; the others finish
@@ -424,8 +397,7 @@ def test_kill_9_then_rollback_and_reexecution(tmp_path: Path, spark: Session, po
                 assert time.monotonic() < deadline, "the other operations never finished"
                 time.sleep(0.05)
     finally:
-        if proc.poll() is None:
-            _kill_group(proc)
+        kill_group(proc)
     written = [p.name for p in _attempt_logs(root, t)]
     assert sorted(p.name for p in (root / ".hoodie" / "timeline").glob(f"{t}*")) == [
         f"{t}.logcompaction.inflight", f"{t}.logcompaction.requested"]
