@@ -1,29 +1,115 @@
-"""The steps every Spark table-service attempt shares: start it, run its job, check the results.
+"""The steps every Spark table-service attempt shares: find its plan, start it, run its job, commit it.
 
-An attempt of instant T (compaction, log compaction, clustering) starts under the table lock
-with its heartbeat, then the inflight transition (a failure there stops the heartbeat: nothing
-ran); its Spark job then runs outside the lock (``executors.engine.run_operations``) and must
-return at least one row for every operation. The crash points ``requested``, ``inflight`` and
-``written`` (``hoodie.crashpoints``) mark the steps for the kill -9 tests.
+An attempt of instant T (compaction, log compaction, clustering) finds its plan under the table
+lock (``pending_plan``: a completed T only has its leftover markers deleted), starts with its
+heartbeat, then the inflight transition (``start_attempt``: a failure there stops the
+heartbeat: nothing ran); its Spark job then runs outside the lock (``run_attempt``,
+``executors.engine.run_operations``) and must return at least one row for every operation.
+``commit_attempt`` completes it under the lock: files with markers but no write stat (failed
+or duplicate task attempts) are deleted, the MDT delta commit T is written and completed
+(``hoodie.mdt_commit.write_commit_to_metadata_table``), then T; the markers go afterwards.
 
-(The compaction and log compaction executors still carry their own copy of these steps.)
+The crash points ``requested``, ``inflight`` and ``written`` (``hoodie.crashpoints``) mark the
+steps for the kill -9 tests; ``mdt-log-written`` and ``mdt-done`` are those of the MDT delta
+commit. The environment that names the point reaches the Spark tasks too (in local mode they
+are processes started by the driver's JVM, which inherits the driver's environment): each
+executor's task calls ``crash_point(f"task:{k}")`` for its operation ``k``.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, TypeVar
 
 import pyarrow as pa
 from pyspark.sql import SparkSession
 
 from executors.engine import OperationTask, Progress, run_operations
 from hoodie.crashpoints import crash_point
-from hoodie.errors import InstantStateError
-from hoodie.heartbeat import Heartbeat
-from hoodie.instant import Action
+from hoodie.errors import HoodieFormatError, InstantStateError
+from hoodie.heartbeat import Heartbeat, require_startable
+from hoodie.instant import Action, Instant, State
+from hoodie.locks import TableLock
+from hoodie.markers import WriteMarkers
+from hoodie.mdt_commit import write_commit_to_metadata_table
+from hoodie.mdt_encode import MetadataRecord
+from hoodie.properties import TableConfig
+from hoodie.storage import Storage
+from hoodie.timeline import Timeline
 from hoodie.timeline_writer import TimelineWriter
+from hoodie.truetime import TimeSettings
 
-__all__ = ["run_attempt", "start_attempt"]
+__all__ = ["AttemptResult", "by_partition", "commit_attempt", "pending_plan", "run_attempt", "start_attempt"]
+
+P = TypeVar("P")
+
+
+@dataclass(slots=True)
+class AttemptResult:
+    """What one attempt did; ``summary()`` is the line logged at its end."""
+
+    instant: Instant
+    write_stats: list[dict[str, Any]] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+    """Files of failed or duplicate task attempts removed before the commit (markers reconciliation)."""
+    was_completed: bool = False
+    seconds: float = 0.0
+
+    #: The service's name in the summary.
+    SERVICE: ClassVar[str] = ""
+
+    @property
+    def bytes_written(self) -> int:
+        return sum(int(s.get("fileSizeInBytes") or 0) for s in self.write_stats)
+
+    @property
+    def rows_written(self) -> int:
+        return sum(int(s.get("numWrites") or 0) for s in self.write_stats)
+
+    def work(self) -> str:
+        """What the attempt wrote, in words (the middle of the summary)."""
+        raise NotImplementedError
+
+    def summary(self) -> str:
+        t = self.instant.requested_time
+        if self.was_completed:
+            return f"{t} {self.SERVICE}: already completed, nothing to do"
+        done = f"completed at {self.instant.completion_time}" if self.instant.completion_time else "completed"
+        return (
+            f"{t} {self.SERVICE}: {self.work()}, {self.bytes_written / 1024 / 1024:.1f} MB written in "
+            f"{self.seconds:.1f} s; {done}"
+        )
+
+
+def pending_plan(
+    storage: Storage,
+    timeline: Timeline,
+    instant_time: str,
+    name: str,
+    is_kind: Callable[[Instant], bool],
+    plan_type: type[P],
+    heartbeat_interval_ms: int,
+    tolerable_misses: int,
+) -> tuple[Instant, P | None]:
+    """Instant ``instant_time`` (a ``name`` instant by ``is_kind``) and its plan, read under the lock.
+
+    The plan is None when the instant is completed: its markers, left by a crash right after
+    completing, are deleted. A pending instant must be startable (no live or failed attempt).
+    """
+    inst = timeline.get(instant_time)
+    if inst is None or not is_kind(inst):
+        raise InstantStateError(
+            f"{storage.base_uri}: no {name} instant {instant_time} on the active timeline"
+        )
+    if inst.is_completed:
+        WriteMarkers(storage, instant_time).delete_all()
+        return inst, None
+    require_startable(storage, inst, name, heartbeat_interval_ms, tolerable_misses)
+    plan = timeline.plan(inst)
+    if not isinstance(plan, plan_type):
+        raise HoodieFormatError(f"{timeline.state_file(inst, State.REQUESTED)}: {name} plan is empty")
+    return inst, plan
 
 
 def start_attempt(writer: TimelineWriter, heartbeat: Heartbeat, instant_time: str, action: Action) -> None:
@@ -55,3 +141,45 @@ def run_attempt(
     if answered != count:
         raise InstantStateError(f"{description}: task results for {answered} of {count} operations")
     return rows
+
+
+def by_partition(write_stats: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """The write stats by partition path, in their order (``partitionToWriteStats``)."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for stat in write_stats:
+        out.setdefault(stat["partitionPath"], []).append(stat)
+    return out
+
+
+def commit_attempt(
+    result: AttemptResult,
+    storage: Storage,
+    config: TableConfig,
+    lock: TableLock,
+    writer: TimelineWriter,
+    action: Action,
+    metadata: Mapping[str, Any],
+    encode: Callable[[Mapping[str, Any], int], bytes],
+    *,
+    time_settings: TimeSettings | None = None,
+    record_index: Sequence[MetadataRecord] = (),
+    check: Callable[[], None] | None = None,
+) -> None:
+    """Complete the attempt of ``result.instant`` with ``metadata`` (encoded by ``encode``; takes ``lock``).
+
+    Under the lock: the files with markers but not in ``result.write_stats`` are deleted
+    (``result.removed``), ``check()`` runs (a refusal leaves the attempt inflight), the MDT
+    delta commit T completes before T does, as in Hudi (readers ignore it until then), and
+    ``result.instant`` becomes the completed T. The markers go afterwards.
+    """
+    instant_time = result.instant.requested_time
+    with lock:
+        written = {s["path"] for s in result.write_stats}
+        result.removed = WriteMarkers(storage, instant_time).reconcile(written)
+        if check is not None:
+            check()
+        write_commit_to_metadata_table(storage, config, lock, instant_time, metadata,
+                                       time_settings=time_settings, record_index=record_index)
+        lock.ensure_held()
+        result.instant = writer.complete(instant_time, action, encode(metadata, config.version))
+    WriteMarkers(storage, instant_time).delete_all()

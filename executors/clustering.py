@@ -66,7 +66,14 @@ import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 from pyspark.sql import SparkSession
 
-from executors.attempt import run_attempt, start_attempt
+from executors.attempt import (
+    AttemptResult,
+    by_partition,
+    commit_attempt,
+    pending_plan,
+    run_attempt,
+    start_attempt,
+)
 from executors.engine import Progress
 from executors.plan_files import operation_slice
 from hoodie import _writer_support as ws
@@ -87,12 +94,11 @@ from hoodie.heartbeat import (
     DEFAULT_INTERVAL_MS,
     DEFAULT_TOLERABLE_MISSES,
     Heartbeat,
-    require_startable,
 )
 from hoodie.instant import Action, Instant, State
 from hoodie.locks import TableLock
 from hoodie.markers import IOType, WriteMarkers
-from hoodie.mdt_commit import CLUSTER, require_commit_maintainable, write_commit_to_metadata_table
+from hoodie.mdt_commit import CLUSTER, require_commit_maintainable
 from hoodie.mdt_encode import RECORD_INDEX, MetadataRecord
 from hoodie.merge import MergeSpec
 from hoodie.plans import ClusteringPlan
@@ -313,33 +319,18 @@ def cluster_group(job: ClusteringJob, index: int, write_token: str) -> pa.Record
 
 
 @dataclass(slots=True)
-class ClusteringResult:
+class ClusteringResult(AttemptResult):
     """What one run of ``execute_clustering`` did."""
 
-    instant: Instant
-    write_stats: list[dict[str, Any]] = field(default_factory=list)
     replaced: dict[str, list[str]] = field(default_factory=dict)
     """partition -> file ids replaced (``partitionToReplaceFileIds``)."""
-    removed: list[str] = field(default_factory=list)
-    """Files of failed or duplicate task attempts removed before the commit (markers reconciliation)."""
-    was_completed: bool = False
-    seconds: float = 0.0
 
-    @property
-    def bytes_written(self) -> int:
-        return sum(int(s.get("fileSizeInBytes") or 0) for s in self.write_stats)
+    SERVICE = "clustering"
 
-    def summary(self) -> str:
-        t = self.instant.requested_time
-        if self.was_completed:
-            return f"{t} clustering: already completed, nothing to do"
-        rows = sum(int(s.get("numWrites") or 0) for s in self.write_stats)
+    def work(self) -> str:
         replaced = sum(len(ids) for ids in self.replaced.values())
-        done = f"completed at {self.instant.completion_time}" if self.instant.completion_time else "completed"
-        return (
-            f"{t} clustering: {replaced} file groups rewritten into {len(self.write_stats)} new files, "
-            f"{rows} rows, {self.bytes_written / 1024 / 1024:.1f} MB written in {self.seconds:.1f} s; {done}"
-        )
+        new = len(self.write_stats)
+        return f"{replaced} file groups rewritten into {new} new files, {self.rows_written} rows"
 
 
 def _check_plan(plan: ClusteringPlan, where: str) -> None:
@@ -441,15 +432,6 @@ def _moved_keys(
     return record_index_updates(moved, instant_time, config)
 
 
-def _clustering_instant(storage: Storage, timeline: Timeline, instant_time: str) -> Instant:
-    inst = timeline.get(instant_time)
-    if inst is None or not timeline.is_clustering(inst):
-        raise InstantStateError(
-            f"{storage.base_uri}: no clustering instant {instant_time} on the active timeline"
-        )
-    return inst
-
-
 def execute_clustering(
     storage: Storage,
     config: TableConfig,
@@ -485,45 +467,26 @@ def execute_clustering(
     heartbeat = Heartbeat(storage, instant_time, interval_ms=heartbeat_interval_ms)
     with lock:
         timeline = Timeline.load(storage, config)
-        inst = _clustering_instant(storage, timeline, instant_time)
-        if inst.is_completed:
-            WriteMarkers(storage, instant_time).delete_all()  # left by a crash right after completing
+        inst, plan = pending_plan(storage, timeline, instant_time, "clustering", timeline.is_clustering,
+                                  ClusteringPlan, heartbeat_interval_ms, tolerable_misses)
+        if plan is None:
             return ClusteringResult(inst, was_completed=True)
-        require_startable(storage, inst, "clustering", heartbeat_interval_ms, tolerable_misses)
-        plan = timeline.plan(inst)
-        if not isinstance(plan, ClusteringPlan):
-            raise HoodieFormatError(f"{timeline.state_file(inst, State.REQUESTED)}: clustering plan is empty")
         require_no_conflict(timeline, inst, plan)  # refuse early: nothing written yet
         job, table_schema = prepare_job(storage, config, timeline, inst, plan, row_group_rows=row_group_rows)
         start_attempt(writer, heartbeat, instant_time, Action.CLUSTERING)
     try:
         rows = run_attempt(session, len(job.groups), job, STATS_SCHEMA, progress=progress,
                            description=f"clustering {instant_time} of {storage.base_uri}")
-        result = ClusteringResult(inst)
-        by_partition: dict[str, list[dict[str, Any]]] = {}
-        for row in sorted(rows, key=lambda r: (r["op"], r["path"] or "")):
-            if row["path"] is None:
-                continue
-            stat = _write_stat(row)
-            result.write_stats.append(stat)
-            by_partition.setdefault(row["partition"], []).append(stat)
+        rows.sort(key=lambda r: (r["op"], r["path"] or ""))
+        result = ClusteringResult(inst, [_write_stat(r) for r in rows if r["path"] is not None])
         for group in job.groups:
             for s in group:
                 result.replaced.setdefault(s.partition, []).append(s.file_id)
-        metadata = replace_commit_metadata(by_partition, result.replaced, table_schema)
+        metadata = replace_commit_metadata(by_partition(result.write_stats), result.replaced, table_schema)
         moved = _moved_keys(storage, config, instant_time, result.write_stats)
-        with lock:
-            written = {s["path"] for s in result.write_stats}
-            result.removed = WriteMarkers(storage, instant_time).reconcile(written)
-            require_no_conflict(Timeline.load(storage, config), inst, plan)
-            # the MDT delta commit T completes before T does, as in Hudi (readers ignore it until then)
-            write_commit_to_metadata_table(storage, config, lock, instant_time, metadata,
-                                           time_settings=time_settings, record_index=moved)
-            lock.ensure_held()
-            result.instant = writer.complete(
-                instant_time, Action.CLUSTERING, ws.encode_replace_commit_metadata(metadata, config.version)
-            )
-        WriteMarkers(storage, instant_time).delete_all()
+        commit_attempt(result, storage, config, lock, writer, Action.CLUSTERING, metadata,
+                       ws.encode_replace_commit_metadata, time_settings=time_settings, record_index=moved,
+                       check=lambda: require_no_conflict(Timeline.load(storage, config), inst, plan))
     finally:
         heartbeat.stop(delete=True)
     result.seconds = time.monotonic() - started
