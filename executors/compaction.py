@@ -41,20 +41,18 @@ the rollback of the failed attempt rolls it back, and a retry that finds one rol
 first. A table with an MDT partition a compaction cannot keep exact is refused before anything
 is written (``hoodie.mdt_commit.require_commit_maintainable``, the planner's rule).
 
-Test hook (as ``executors.clean``): ``HOODIED_TEST_PAUSE_AT`` = ``requested``, ``inflight``,
-``written`` (all tasks done, nothing committed), ``mdt-log-written`` (an MDT log file of T
-written), ``mdt-done`` (MDT T completed, data T not) or ``task:<k>`` (every task of operation
-index >= k pauses after its marker, before its file) makes the executor write the file named
-by ``HOODIED_TEST_PAUSE_READY`` and sleep ``HOODIED_TEST_PAUSE_S`` seconds (default 60).
+Test hook (``hoodie.crashpoints``): ``requested``, ``inflight``, ``written`` (all tasks done,
+nothing committed), ``mdt-log-written`` (an MDT log file of T written), ``mdt-done`` (MDT T
+completed, data T not) on the driver, ``task:<k>`` in the task of operation ``k`` after its
+marker, before its file.
 """
 
 from __future__ import annotations
 
 import itertools
 import logging
-import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
@@ -62,7 +60,15 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyspark.sql import SparkSession
 
-from executors.engine import Progress, run_operations
+from executors.attempt import (
+    AttemptResult,
+    by_partition,
+    commit_attempt,
+    pending_plan,
+    run_attempt,
+    start_attempt,
+)
+from executors.engine import Progress
 from executors.plan_files import operation_slice
 from hoodie import _writer_support as ws
 from hoodie.basefile import (
@@ -71,19 +77,19 @@ from hoodie.basefile import (
     BaseFileWriter,
     repeat_string,
 )
-from hoodie.errors import HoodieFormatError, InstantStateError, UnsupportedTableError
+from hoodie.crashpoints import crash_point
+from hoodie.errors import HoodieFormatError, UnsupportedTableError
 from hoodie.fsview import CommitState, FileSlice
 from hoodie.heartbeat import (
     DEFAULT_INTERVAL_MS,
     DEFAULT_TOLERABLE_MISSES,
     Heartbeat,
-    require_startable,
 )
 from hoodie.instant import Action, Instant, State
 from hoodie.locks import TableLock
 from hoodie.logfile import BlockType, delete_block_records, is_rollback_command, read_log_blocks
 from hoodie.markers import IOType, WriteMarkers
-from hoodie.mdt_commit import COMPACT, require_commit_maintainable, write_commit_to_metadata_table
+from hoodie.mdt_commit import COMPACT, require_commit_maintainable
 from hoodie.merge import MergeSpec
 from hoodie.plans import CompactionOperation, CompactionPlan
 from hoodie.properties import TableConfig
@@ -98,7 +104,6 @@ from hoodie.write_schema import write_schemas
 log = logging.getLogger(__name__)
 
 __all__ = [
-    "PAUSE_POINTS",
     "STATS_SCHEMA",
     "CompactionJob",
     "CompactionResult",
@@ -107,12 +112,6 @@ __all__ = [
     "prepare_job",
 ]
 
-#: Driver-side pause points of the test hook (``task:<k>`` pauses tasks); the ``mdt-*`` ones are
-#: ``hoodie.crashpoints`` of the MDT delta commit (``hoodie.mdt_commit``).
-PAUSE_POINTS = ("requested", "inflight", "written", "mdt-log-written", "mdt-done")
-_PAUSE_ENV = "HOODIED_TEST_PAUSE_AT"
-_READY_ENV = "HOODIED_TEST_PAUSE_READY"
-_SLEEP_ENV = "HOODIED_TEST_PAUSE_S"
 _COUNTS = (
     "num_writes", "num_deletes", "num_update_writes", "num_inserts", "file_size", "total_log_records",
     "total_log_blocks", "total_rollback_blocks", "total_log_files", "total_log_size",
@@ -133,24 +132,6 @@ STATS_SCHEMA = pa.schema(
 )
 
 
-def _pause_settings() -> tuple[str, str, float] | None:
-    point = os.environ.get(_PAUSE_ENV)
-    if not point:
-        return None
-    return point, os.environ.get(_READY_ENV, ""), float(os.environ.get(_SLEEP_ENV, "60"))
-
-
-def _pause(settings: tuple[str, str, float] | None, point: str) -> None:
-    """Test hook (module docstring): write the ready file and sleep when ``point`` is the chosen one."""
-    if settings is None or settings[0] != point:
-        return
-    log.warning("test hook: pausing at %s", point)
-    if settings[1]:
-        with open(settings[1], "w", encoding="ascii") as f:
-            f.write(f"{os.getpid()} {point}\n")
-    time.sleep(settings[2])
-
-
 # ---------------------------------------------------------------------------- the job (runs in tasks)
 
 
@@ -165,7 +146,6 @@ class CompactionJob:
     schema: pa.Schema
     footer_schema: str
     slices: tuple[FileSlice, ...]
-    pause: tuple[str, str, float] | None = None
 
     def __call__(self, index: int, write_token: str) -> pa.RecordBatch:
         return compact_operation(self, index, write_token)
@@ -210,8 +190,7 @@ def compact_operation(job: CompactionJob, index: int, write_token: str) -> pa.Re
     WriteMarkers(job.storage, job.instant_time).create(
         s.partition, name, IOType.MERGE if s.base_file is not None else IOType.CREATE
     )
-    if job.pause is not None and job.pause[0].startswith("task:") and index >= int(job.pause[0][5:]):
-        _pause(job.pause, job.pause[0])
+    crash_point(f"task:{index}")
     with BaseFileWriter(job.storage, path, job.schema, avro_schema=job.footer_schema) as writer:
         file_col = job.schema.get_field_index(FILE_NAME)
         file_field = job.schema.field(FILE_NAME)
@@ -257,31 +236,14 @@ def compact_operation(job: CompactionJob, index: int, write_token: str) -> pa.Re
 
 
 @dataclass(slots=True)
-class CompactionResult:
+class CompactionResult(AttemptResult):
     """What one run of ``execute_compaction`` did."""
 
-    instant: Instant
-    write_stats: list[dict[str, Any]] = field(default_factory=list)
-    removed: list[str] = field(default_factory=list)
-    """Files of failed or duplicate task attempts removed before the commit (markers reconciliation)."""
-    was_completed: bool = False
-    seconds: float = 0.0
+    SERVICE = "compaction"
 
-    @property
-    def bytes_written(self) -> int:
-        return sum(int(s.get("fileSizeInBytes") or 0) for s in self.write_stats)
-
-    def summary(self) -> str:
-        t = self.instant.requested_time
-        if self.was_completed:
-            return f"{t} compaction: already completed, nothing to do"
-        rows = sum(int(s.get("numWrites") or 0) for s in self.write_stats)
+    def work(self) -> str:
         logs = sum(int(s.get("totalLogFilesCompacted") or 0) for s in self.write_stats)
-        done = f"completed at {self.instant.completion_time}" if self.instant.completion_time else "completed"
-        return (
-            f"{t} compaction: {len(self.write_stats)} file groups, {logs} log files merged, {rows} rows, "
-            f"{self.bytes_written / 1024 / 1024:.1f} MB written in {self.seconds:.1f} s; {done}"
-        )
+        return f"{len(self.write_stats)} file groups, {logs} log files merged, {self.rows_written} rows"
 
 
 def prepare_job(
@@ -307,7 +269,7 @@ def prepare_job(
         seen.add(key)
     schemas = write_schemas(HoodieTable(storage, config, timeline), where)
     job = CompactionJob(storage, config, timeline, inst.requested_time, schemas.arrow, schemas.footer,
-                        tuple(slices), _pause_settings())
+                        tuple(slices))
     return job, schemas.table
 
 
@@ -375,53 +337,20 @@ def execute_compaction(
     heartbeat = Heartbeat(storage, instant_time, interval_ms=heartbeat_interval_ms)
     with lock:
         timeline = Timeline.load(storage, config)
-        inst = timeline.get(instant_time)
-        if inst is None or inst.action is not Action.COMPACTION:
-            raise InstantStateError(
-                f"{storage.base_uri}: no compaction instant {instant_time} on the active timeline"
-            )
-        if inst.is_completed:
-            WriteMarkers(storage, instant_time).delete_all()  # left by a crash right after completing
+        inst, plan = pending_plan(storage, timeline, instant_time, "compaction",
+                                  lambda i: i.action is Action.COMPACTION, CompactionPlan,
+                                  heartbeat_interval_ms, tolerable_misses)
+        if plan is None:
             return CompactionResult(inst, was_completed=True)
-        require_startable(storage, inst, "compaction", heartbeat_interval_ms, tolerable_misses)
-        plan = timeline.plan(inst)
-        if not isinstance(plan, CompactionPlan):
-            raise HoodieFormatError(f"{timeline.state_file(inst, State.REQUESTED)}: compaction plan is empty")
         job, table_schema = prepare_job(storage, config, timeline, inst, plan)
-        heartbeat.start()
-        try:
-            _pause(job.pause, "requested")
-            writer.transition_to_inflight(instant_time, Action.COMPACTION)
-        except BaseException:
-            heartbeat.stop(delete=True)
-            raise
+        start_attempt(writer, heartbeat, instant_time, Action.COMPACTION)
     try:
-        _pause(job.pause, "inflight")
-        rows = run_operations(session, len(job.slices), job, STATS_SCHEMA, progress=progress,
-                              description=f"compaction {instant_time} of {storage.base_uri}").to_pylist()
-        _pause(job.pause, "written")
-        result = CompactionResult(inst)
-        by_partition: dict[str, list[dict[str, Any]]] = {}
-        for row in sorted(rows, key=lambda r: r["op"]):
-            stat = _write_stat(row)
-            result.write_stats.append(stat)
-            by_partition.setdefault(row["partition"], []).append(stat)
-        if len({r["op"] for r in rows}) != len(job.slices):
-            raise InstantStateError(
-                f"{instant_time}: {len(rows)} task results for {len(job.slices)} operations"
-            )
-        metadata = ws.commit_metadata(by_partition, COMPACT, table_schema, compacted=True)
-        with lock:
-            written = {s["path"] for s in result.write_stats}
-            result.removed = WriteMarkers(storage, instant_time).reconcile(written)
-            # the MDT delta commit T completes before T does, as in Hudi (readers ignore it until then)
-            write_commit_to_metadata_table(storage, config, lock, instant_time, metadata,
-                                           time_settings=time_settings)
-            lock.ensure_held()
-            result.instant = writer.complete(
-                instant_time, Action.COMPACTION, ws.encode_commit_metadata(metadata, config.version)
-            )
-        WriteMarkers(storage, instant_time).delete_all()
+        rows = run_attempt(session, len(job.slices), job, STATS_SCHEMA, progress=progress,
+                           description=f"compaction {instant_time} of {storage.base_uri}")
+        result = CompactionResult(inst, [_write_stat(row) for row in sorted(rows, key=lambda r: r["op"])])
+        metadata = ws.commit_metadata(by_partition(result.write_stats), COMPACT, table_schema, compacted=True)
+        commit_attempt(result, storage, config, lock, writer, Action.COMPACTION, metadata,
+                       ws.encode_commit_metadata, time_settings=time_settings)
     finally:
         heartbeat.stop(delete=True)
     result.seconds = time.monotonic() - started

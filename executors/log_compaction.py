@@ -58,26 +58,33 @@ from __future__ import annotations
 import json
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 from pyspark.sql import SparkSession
 
+from executors.attempt import (
+    AttemptResult,
+    by_partition,
+    commit_attempt,
+    pending_plan,
+    run_attempt,
+    start_attempt,
+)
 from executors.compaction import prepare_job as prepare_compaction_job
-from executors.engine import Progress, run_operations
+from executors.engine import Progress
 from hoodie import _writer_support as ws
 from hoodie.basefile import FILE_NAME, repeat_string
 from hoodie.crashpoints import crash_point
-from hoodie.errors import HoodieFormatError, InstantStateError, UnsupportedTableError
+from hoodie.errors import HoodieFormatError, UnsupportedTableError
 from hoodie.filenames import LogFileName
 from hoodie.fsview import CommitState, FileSlice
 from hoodie.heartbeat import (
     DEFAULT_INTERVAL_MS,
     DEFAULT_TOLERABLE_MISSES,
     Heartbeat,
-    require_startable,
 )
 from hoodie.instant import Action, Instant, State
 from hoodie.locks import TableLock
@@ -96,7 +103,6 @@ from hoodie.logfile import (
     write_log_file,
 )
 from hoodie.markers import IOType, WriteMarkers
-from hoodie.mdt_commit import write_commit_to_metadata_table
 from hoodie.merge import MergedLogRecords, MergeSpec
 from hoodie.plans import CompactionPlan
 from hoodie.properties import TableConfig
@@ -242,32 +248,18 @@ def log_compact_operation(job: LogCompactionJob, index: int, write_token: str) -
 
 
 @dataclass(slots=True)
-class LogCompactionResult:
+class LogCompactionResult(AttemptResult):
     """What one run of ``execute_log_compaction`` did."""
 
-    instant: Instant
-    write_stats: list[dict[str, Any]] = field(default_factory=list)
-    removed: list[str] = field(default_factory=list)
-    """Files of failed or duplicate task attempts removed before the commit (markers reconciliation)."""
     blocks_merged: int = 0
-    was_completed: bool = False
-    seconds: float = 0.0
 
-    @property
-    def bytes_written(self) -> int:
-        return sum(int(s.get("fileSizeInBytes") or 0) for s in self.write_stats)
+    SERVICE = "logcompaction"
 
-    def summary(self) -> str:
-        t = self.instant.requested_time
-        if self.was_completed:
-            return f"{t} logcompaction: already completed, nothing to do"
-        rows = sum(int(s.get("numWrites") or 0) for s in self.write_stats)
+    def work(self) -> str:
         deletes = sum(int(s.get("numDeletes") or 0) for s in self.write_stats)
-        done = f"completed at {self.instant.completion_time}" if self.instant.completion_time else "completed"
         return (
-            f"{t} logcompaction: {len(self.write_stats)} file groups, {self.blocks_merged} log blocks "
-            f"merged into {rows} records and {deletes} deletes, {self.bytes_written / 1024 / 1024:.1f} MB "
-            f"written in {self.seconds:.1f} s; {done}"
+            f"{len(self.write_stats)} file groups, {self.blocks_merged} log blocks merged into "
+            f"{self.rows_written} records and {deletes} deletes"
         )
 
 
@@ -325,65 +317,30 @@ def execute_log_compaction(
     heartbeat = Heartbeat(storage, instant_time, interval_ms=heartbeat_interval_ms)
     with lock:
         timeline = Timeline.load(storage, config)
-        inst = timeline.get(instant_time)
-        if inst is None or inst.action is not Action.LOG_COMPACTION:
-            raise InstantStateError(
-                f"{storage.base_uri}: no log compaction instant {instant_time} on the active timeline"
-            )
-        if inst.is_completed:
-            WriteMarkers(storage, instant_time).delete_all()  # left by a crash right after completing
+        inst, plan = pending_plan(storage, timeline, instant_time, "log compaction",
+                                  lambda i: i.action is Action.LOG_COMPACTION, CompactionPlan,
+                                  heartbeat_interval_ms, tolerable_misses)
+        if plan is None:
             return LogCompactionResult(inst, was_completed=True)
-        require_startable(storage, inst, "log compaction", heartbeat_interval_ms, tolerable_misses)
-        plan = timeline.plan(inst)
-        if not isinstance(plan, CompactionPlan):
-            where = timeline.state_file(inst, State.REQUESTED)
-            raise HoodieFormatError(f"{where}: log compaction plan is empty")
         if plan.compactor_class_name not in (None, "", LOG_COMPACTION_COMPACTOR):
             raise UnsupportedTableError(
                 f"{timeline.state_file(inst, State.REQUESTED)}: plan names compactor "
                 f"{plan.compactor_class_name}, not {LOG_COMPACTION_COMPACTOR}"
             )
         job, table_schema = _prepare(storage, config, timeline, inst, plan)
-        heartbeat.start()
-        try:
-            crash_point("requested")
-            writer.transition_to_inflight(instant_time, Action.LOG_COMPACTION)
-        except BaseException:
-            heartbeat.stop(delete=True)
-            raise
+        start_attempt(writer, heartbeat, instant_time, Action.LOG_COMPACTION)
     try:
-        crash_point("inflight")
-        rows = run_operations(session, len(job.slices), job, STATS_SCHEMA, progress=progress,
-                              description=f"log compaction {instant_time} of {storage.base_uri}").to_pylist()
-        crash_point("written")
-        if len({r["op"] for r in rows}) != len(job.slices):
-            raise InstantStateError(
-                f"{instant_time}: {len(rows)} task results for {len(job.slices)} operations"
-            )
-        result = LogCompactionResult(inst)
-        by_partition: dict[str, list[dict[str, Any]]] = {}
-        for row in sorted(rows, key=lambda r: r["op"]):
-            result.blocks_merged += row["blocks_merged"]
-            if row["path"] is None:
-                continue
-            stat = _write_stat(row)
-            result.write_stats.append(stat)
-            by_partition.setdefault(row["partition"], []).append(stat)
-        metadata = ws.commit_metadata(by_partition, LOG_COMPACTION_OPERATION, table_schema, compacted=True)
-        with lock:
-            written = {s["path"] for s in result.write_stats}
-            result.removed = WriteMarkers(storage, instant_time).reconcile(written)
-            # the MDT delta commit T completes before T does, as in Hudi (readers ignore it until then)
-            write_commit_to_metadata_table(storage, config, lock, instant_time, metadata,
-                                           time_settings=time_settings)
-            lock.ensure_held()
-            result.instant = writer.complete(
-                instant_time, Action.LOG_COMPACTION, ws.encode_commit_metadata(metadata, config.version)
-            )
-        WriteMarkers(storage, instant_time).delete_all()
+        rows = run_attempt(session, len(job.slices), job, STATS_SCHEMA, progress=progress,
+                           description=f"log compaction {instant_time} of {storage.base_uri}")
+        rows.sort(key=lambda r: r["op"])
+        result = LogCompactionResult(inst, [_write_stat(r) for r in rows if r["path"] is not None],
+                                     blocks_merged=sum(r["blocks_merged"] for r in rows))
+        stats = by_partition(result.write_stats)
+        metadata = ws.commit_metadata(stats, LOG_COMPACTION_OPERATION, table_schema, compacted=True)
+        commit_attempt(result, storage, config, lock, writer, Action.LOG_COMPACTION, metadata,
+                       ws.encode_commit_metadata, time_settings=time_settings)
     finally:
         heartbeat.stop(delete=True)
     result.seconds = time.monotonic() - started
     log.info("%s", result.summary())
     return result
-
