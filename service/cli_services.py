@@ -16,8 +16,8 @@ pending clean blocks a new plan, so concurrent schedulers produce exactly one.
 
 ``execute TABLE [--instant T]``: run pending clean instants (``executors.clean``), whoever
 requested them (a plan written by Apache Hudi included): all of them, oldest first, or the
-one given. Other pending actions are listed as having no executor yet and left untouched; a
-clean whose heartbeat is alive belongs to another executor and is skipped. Pending
+one given. Other pending instants (a data write in progress, its writer's rollback) are listed
+and left untouched; a clean whose heartbeat is alive belongs to another executor and is skipped. Pending
 compactions, log compactions, clusterings and indexings run on Spark (``--spark``, ``--spark-conf``;
 ``service.spark_jobs``), a failed attempt rolled back first.
 
