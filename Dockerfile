@@ -1,6 +1,6 @@
 # hoodied image: Python 3.11 slim + headless JRE 17 (Spark), the project installed from
 # deploy/requirements.lock into /opt/hoodied, run as a non-root user.
-# tests/test_deploy.py installs the same lock into a fresh venv and runs the entrypoint.
+# tests/deploy/test_deploy.py installs the same lock into a fresh venv and runs the entrypoint.
 
 # ---- build: a venv with the pinned dependencies and the project (no compilers needed: wheels only)
 FROM python:3.11-slim-bookworm AS build

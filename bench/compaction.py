@@ -15,7 +15,7 @@ Then, in one run, it
 * starts a local Spark session (``executors.engine.spark_session('local')``) and runs one
   trivial ``mapInArrow`` job so the Python workers are up: ``spark_startup_seconds``;
 * schedules (``planners.compaction.schedule_compaction``, unbounded strategy) and executes
-  (``service.compaction.run_compaction``) the compaction: ``seconds``;
+  (``service.cli.schedule.run_compaction``) the compaction: ``seconds``;
 * times the reference on the same (pre-compaction) table: a hudi-rs snapshot read
   (``HudiTable.read()``) plus a pyarrow parquet write of the same rows with the same
   compression (``hoodie.basefile.DEFAULT_COMPRESSION``): ``reference_seconds``;
@@ -55,12 +55,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from read_bench import SCHEMA, generate  # noqa: E402  (the same generated rows as the read benchmark)
 
-from hoodie.basefile import DEFAULT_COMPRESSION  # noqa: E402
-from hoodie.locks import InProcessLock  # noqa: E402
-from hoodie.properties import TableType  # noqa: E402
-from hoodie.storage import LocalStorage  # noqa: E402
-from hoodie.writer import TableSpec, create_table  # noqa: E402
-from planners.compaction import CompactionSettings, CompactionStrategy, schedule_compaction  # noqa: E402
+from hoodied.hoodie.basefile import DEFAULT_COMPRESSION  # noqa: E402
+from hoodied.hoodie.demo.writer import TableSpec, create_table  # noqa: E402
+from hoodied.hoodie.locks import InProcessLock  # noqa: E402
+from hoodied.hoodie.properties import TableType  # noqa: E402
+from hoodied.hoodie.storage import LocalStorage  # noqa: E402
+from hoodied.planners.compaction import CompactionSettings, CompactionStrategy, schedule_compaction  # noqa: E402
 
 EVERYTHING = CompactionSettings(max_delta_commits=1, strategy=CompactionStrategy.UNBOUNDED)
 UPDATE_FRACTION = 0.20
@@ -158,7 +158,7 @@ def _warm_up(session: Any) -> None:
 
 
 def compact(path: Path, session: Any) -> tuple[float, float, int]:
-    from service.compaction import run_compaction
+    from hoodied.service.cli.schedule import run_compaction
 
     storage = LocalStorage(str(path))
     lock = InProcessLock(storage.base_uri)
@@ -174,10 +174,10 @@ def compact(path: Path, session: Any) -> tuple[float, float, int]:
 _TASK = """
 import sys, time
 sys.path.insert(0, {project!r})
-from executors.compaction import compact_operation, prepare_job
-from hoodie.properties import load_table_config
-from hoodie.storage import LocalStorage
-from hoodie.timeline import Timeline
+from hoodied.executors.compaction import compact_operation, prepare_job
+from hoodied.hoodie.properties import load_table_config
+from hoodied.hoodie.storage import LocalStorage
+from hoodied.hoodie.timeline.active import Timeline
 
 def hwm_kb():  # VmHWM, not ru_maxrss: that one carries the forking parent's peak over exec
     with open("/proc/self/status") as f:
@@ -239,7 +239,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     del before
     assert expected["count"] == info["expected_rows"], (expected["count"], info["expected_rows"])
 
-    from executors.engine import spark_session
+    from hoodied.executors.engine import spark_session
 
     target = _fresh_copy(pristine, workdir / "compacted")
     t0 = time.perf_counter()

@@ -4,11 +4,11 @@ Builds, under ``--workdir`` (kept and reused when already built):
 
 * one template merge-on-read table (table version 9) whose timeline holds ``--instants``
   completed delta commits (default 200: one with data, the rest empty; 3 timeline files each),
-  written by ``hoodie.writer``;
+  written by ``hoodie.demo.writer``;
 * ``max(--tables)`` copies of it (default 10,000), made of hard links to the template's
   files, so 10,000 tables x 600 timeline files cost directory entries, not inodes or time.
 
-Then, in one run, with the real ``service.loop.Daemon`` (local lock, HTTP off, default
+Then, in one run, with the real ``service.daemon.loop.Daemon`` (local lock, HTTP off, default
 ``concurrency.poll_threads``) and the real planners (their triggers are evaluated on every
 poll, set high enough that nothing is due), it measures:
 
@@ -23,7 +23,7 @@ poll, set high enough that nothing is due), it measures:
 * ``idle_cpu_fraction``: process CPU seconds / wall seconds of a daemon watching the first
   1,000 tables for ``--idle-seconds`` at ``--poll-interval`` (default: the daemon's default,
   10 s), after its first cycle; ``relist_cpu_fraction_<N>``: what the window misses, the
-  CPU of re-listing every timeline (done about every ``service.tables.RELIST_S`` per table
+  CPU of re-listing every timeline (done about every ``service.daemon.poll.RELIST_S`` per table
   whatever the folder's mtime says; ``relist_cycle_cpu_seconds_<N>``) spread over the mean
   re-list period;
 * ``dispatch_p50_seconds`` / ``dispatch_p99_seconds``: while that daemon keeps running,
@@ -60,16 +60,16 @@ import pyarrow as pa
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from hoodie.instant import Action  # noqa: E402
-from hoodie.properties import TableType, load_table_config  # noqa: E402
-from hoodie.storage import LocalStorage  # noqa: E402
-from hoodie.timeline import Timeline, datetime_to_instant_time  # noqa: E402
-from hoodie.writer import TableSpec, create_table  # noqa: E402
-from service.config import DaemonConfig, load_config  # noqa: E402
-from service.executors import JobContext, Registry, default_registry, register_executor  # noqa: E402
-from service.logs import configure_logging  # noqa: E402
-from service.loop import Daemon  # noqa: E402
-from service.tables import RELIST_S  # noqa: E402
+from hoodied.hoodie.demo.writer import TableSpec, create_table  # noqa: E402
+from hoodied.hoodie.properties import TableType, load_table_config  # noqa: E402
+from hoodied.hoodie.storage import LocalStorage  # noqa: E402
+from hoodied.hoodie.timeline.active import Timeline, datetime_to_instant_time  # noqa: E402
+from hoodied.hoodie.timeline.instant import Action  # noqa: E402
+from hoodied.service.config import DaemonConfig, load_config  # noqa: E402
+from hoodied.service.daemon.loop import Daemon  # noqa: E402
+from hoodied.service.daemon.poll import RELIST_S  # noqa: E402
+from hoodied.service.daemon.registry import JobContext, Registry, default_registry, register_executor  # noqa: E402
+from hoodied.service.logs import configure_logging  # noqa: E402
 
 SCHEMA = pa.schema([("id", pa.string()), ("ts", pa.int64()), ("city", pa.string())])
 #: Triggers no generated timeline reaches: the planners' checks run on every poll, nothing is planned.

@@ -7,7 +7,7 @@ Builds, under ``--workdir`` (reused when already built for the same row count):
   deleting 1 % (Avro data blocks and delete blocks in log files);
 * a table whose timeline holds 10,000 completed instants.
 
-Rows are generated with vectorised pyarrow/numpy and written by ``hoodie.writer``. Then, in
+Rows are generated with vectorised pyarrow/numpy and written by ``hoodie.demo.writer``. Then, in
 one run, it times hoodied's snapshot read (``HoodieTable.open(...).read_snapshot()``, every
 batch consumed) and hudi-rs's (``HudiTable.read()``) of each table, and ``Timeline.load`` of
 the 10,000-instant timeline, and prints ONE JSON line::
@@ -40,10 +40,10 @@ import pyarrow.compute as pc
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from hoodie.properties import TableType, load_table_config  # noqa: E402
-from hoodie.storage import LocalStorage  # noqa: E402
-from hoodie.timeline import Timeline  # noqa: E402
-from hoodie.writer import TableSpec, create_table  # noqa: E402
+from hoodied.hoodie.demo.writer import TableSpec, create_table  # noqa: E402
+from hoodied.hoodie.properties import TableType, load_table_config  # noqa: E402
+from hoodied.hoodie.storage import LocalStorage  # noqa: E402
+from hoodied.hoodie.timeline.active import Timeline  # noqa: E402
 
 SCHEMA = pa.schema(
     [
@@ -132,7 +132,7 @@ def _best(fn: Callable[[], int], repeat: int) -> tuple[float, int]:
 
 
 def read_hoodied(path: Path) -> int:
-    from hoodie.table import HoodieTable  # owned by the reader work; imported lazily
+    from hoodied.hoodie.table import HoodieTable  # owned by the reader work; imported lazily
 
     table = HoodieTable.open(str(path))
     return sum(b.num_rows for b in table.read_snapshot())

@@ -7,7 +7,7 @@ heartbeat: nothing ran); its Spark job then runs outside the lock (``run_attempt
 ``executors.engine.run_operations``) and must return at least one row for every operation.
 ``commit_attempt`` completes it under the lock: files with markers but no write stat (failed
 or duplicate task attempts) are deleted, the MDT delta commit T is written and completed
-(``hoodie.mdt_commit.write_commit_to_metadata_table``), then T; the markers go afterwards.
+(``hoodie.metadata.commit.write_commit_to_metadata_table``), then T; the markers go afterwards.
 
 The crash points ``requested``, ``inflight`` and ``written`` (``hoodie.crashpoints``) mark the
 steps for the kill -9 tests; ``mdt-log-written`` and ``mdt-done`` are those of the MDT delta
@@ -25,20 +25,20 @@ from typing import Any, ClassVar, TypeVar
 import pyarrow as pa
 from pyspark.sql import SparkSession
 
-from executors.engine import OperationTask, Progress, run_operations
-from hoodie.crashpoints import crash_point
-from hoodie.errors import HoodieFormatError, InstantStateError
-from hoodie.heartbeat import Heartbeat, require_startable
-from hoodie.instant import Action, Instant, State
-from hoodie.locks import TableLock
-from hoodie.markers import WriteMarkers
-from hoodie.mdt_commit import write_commit_to_metadata_table
-from hoodie.mdt_encode import MetadataRecord
-from hoodie.properties import TableConfig
-from hoodie.storage import Storage
-from hoodie.timeline import Timeline
-from hoodie.timeline_writer import TimelineWriter
-from hoodie.truetime import TimeSettings
+from hoodied.executors.engine import OperationTask, Progress, run_operations
+from hoodied.hoodie.crashpoints import crash_point
+from hoodied.hoodie.errors import HoodieFormatError, InstantStateError
+from hoodied.hoodie.heartbeat import Heartbeat, require_startable
+from hoodied.hoodie.locks import TableLock
+from hoodied.hoodie.markers import WriteMarkers
+from hoodied.hoodie.metadata.commit import write_commit_to_metadata_table
+from hoodied.hoodie.metadata.encode import MetadataRecord
+from hoodied.hoodie.properties import TableConfig
+from hoodied.hoodie.storage import Storage
+from hoodied.hoodie.timeline.active import Timeline
+from hoodied.hoodie.timeline.instant import Action, Instant, State
+from hoodied.hoodie.timeline.truetime import TimeSettings
+from hoodied.hoodie.timeline.writer import TimelineWriter
 
 __all__ = ["AttemptResult", "by_partition", "commit_attempt", "pending_plan", "run_attempt", "start_attempt"]
 

@@ -32,12 +32,12 @@ Steps (``execute_clean``), each safe to repeat after a crash at any point:
 
 Tables with a metadata table (table version 8 and 9): between steps 2 and 3, under the lock,
 the MDT delta commit with the clean's instant time T is written and completed
-(``hoodie.mdt_writer.MetadataWriter``, records from ``hoodie.mdt_clean.clean_records``), so
+(``hoodie.metadata.writer.MetadataWriter``, records from ``hoodie.metadata.clean.clean_records``), so
 it completes before the clean does, as in Hudi. Its records are a function of the plan
 (``deletePathPatterns``), so a re-run writes the same ones: a completed MDT delta commit T is
 kept, a partial one (a crash in the middle of its log write) has its uncommitted log files
 removed and is written again. A table with an MDT partition a clean cannot keep exact is
-refused before anything is written (``hoodie.mdt_clean.require_clean_maintainable``, the
+refused before anything is written (``hoodie.metadata.clean.require_clean_maintainable``, the
 same rule the planner applies).
 
 Test hook: with ``HOODIED_TEST_PAUSE_AT`` set to one of ``PAUSE_POINTS`` the executor
@@ -55,26 +55,26 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from hoodie.crashpoints import crash_point
-from hoodie.errors import HoodieFormatError, InstantStateError, StorageError, UnsupportedTableError
-from hoodie.filenames import PARTITION_METAFILE, BaseFileName, LogFileName
-from hoodie.heartbeat import (
+from hoodied.hoodie.crashpoints import crash_point
+from hoodied.hoodie.errors import HoodieFormatError, InstantStateError, StorageError, UnsupportedTableError
+from hoodied.hoodie.filenames import PARTITION_METAFILE, BaseFileName, LogFileName
+from hoodied.hoodie.heartbeat import (
     DEFAULT_INTERVAL_MS,
     DEFAULT_TOLERABLE_MISSES,
     Heartbeat,
     is_heartbeat_expired,
     last_heartbeat_ms,
 )
-from hoodie.instant import Action, Instant, State
-from hoodie.locks import TableLock
-from hoodie.mdt_clean import clean_records, require_clean_maintainable
-from hoodie.mdt_writer import MetadataWriter
-from hoodie.metadata import metadata_table_in_use
-from hoodie.properties import TableConfig
-from hoodie.storage import Storage
-from hoodie.timeline import Timeline
-from hoodie.timeline_writer import TimelineWriter
-from hoodie.truetime import TimeSettings
+from hoodied.hoodie.locks import TableLock
+from hoodied.hoodie.metadata.clean import clean_records, require_clean_maintainable
+from hoodied.hoodie.metadata.reader import metadata_table_in_use
+from hoodied.hoodie.metadata.writer import MetadataWriter
+from hoodied.hoodie.properties import TableConfig
+from hoodied.hoodie.storage import Storage
+from hoodied.hoodie.timeline.active import Timeline
+from hoodied.hoodie.timeline.instant import Action, Instant, State
+from hoodied.hoodie.timeline.truetime import TimeSettings
+from hoodied.hoodie.timeline.writer import TimelineWriter
 
 log = logging.getLogger(__name__)
 

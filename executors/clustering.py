@@ -4,16 +4,16 @@ Runs any pending clustering, whoever planned it (``planners.clustering`` or Apac
 ``<T>.clustering.requested`` on table versions 8/9, ``<T>.replacecommit.requested`` whose
 ``HoodieRequestedReplaceMetadata`` says ``CLUSTER`` on version 6. As Hudi's
 ``SparkExecuteClusteringCommitActionExecutor`` with ``SparkSortAndSizeExecutionStrategy``
-(the rules are in ``hoodie.clustering``): one Spark job per instant (``executors.engine``),
+(the rules are in ``hoodie.actions.clustering``): one Spark job per instant (``executors.engine``),
 one task per clustering group, and in each task
 
-1. the group's file slices (files resolved by ``executors.plan_files``: a plan written on
+1. the group's file slices (files resolved by ``hoodie.plan_files``: a plan written on
    another machine names them by partition + file name) are read and merged by
    ``hoodie.reader.read_file_slice`` (one slice's log records + one row group in memory);
 2. with sort columns the rows are spilled to an uncompressed Arrow file on the task's local
    disk, memory-mapped, ordered (only the sort columns are materialised) and cut into
    ``numOutputFileGroups`` parts of equal rows; without, they stream in read order, the
-   slices dealt to the outputs in contiguous runs (``hoodie.clustering``);
+   slices dealt to the outputs in contiguous runs (``hoodie.actions.clustering``);
 3. each part becomes a new file group: marker ``.hoodie/.temp/<T>/<partition>/<file>.marker.CREATE``
    first, then ``<UUID>-<n>_<writeToken>_<T>.parquet`` written with ``hoodie.basefile`` (Hudi
    footer: min/max record key, bloom filter, Avro schema); a file that reaches the target
@@ -24,14 +24,14 @@ one task per clustering group, and in each task
 
 The driver, under the table lock, deletes files that have markers but are not in the
 statistics (failed or duplicate task attempts), applies the conflict rule
-(``hoodie.clustering.require_no_conflict``: a write completed since planning that touched a
+(``hoodie.actions.clustering.require_no_conflict``: a write completed since planning that touched a
 planned file group aborts the clustering, which stays inflight and is recovered by
 rollback-then-retry), checks it still holds the lock and completes the instant as
 ``<T>_<completion>.replacecommit`` (layout 1: ``<T>.replacecommit``, Jackson JSON) with
 ``HoodieReplaceCommitMetadata``. Markers and the heartbeat go afterwards.
 
 Tables with a metadata table (versions 8 and 9): after the conflict check, under the same lock,
-the MDT delta commit T is written and completed (``hoodie.mdt_commit.write_commit_to_metadata_table``:
+the MDT delta commit T is written and completed (``hoodie.metadata.commit.write_commit_to_metadata_table``:
 the new base files in ``files`` (the replaced ones stay listed until a clean, as in Hudi), their
 ``column_stats`` and ``bloom_filters``, tight-bound ``partition_stats``, and in ``record_index``
 every moved key pointing at its new file group with instant T), then the data instant T. A
@@ -44,7 +44,7 @@ refused here and rolled back first by ``service.spark_jobs.run_spark_service``. 
 meta fields are refused, so are plans that do not preserve record metadata.
 
 Test hook (``hoodie.crashpoints``): ``requested``, ``inflight``, ``written`` (all tasks done,
-nothing committed), ``mdt-log-written`` / ``mdt-done`` (``hoodie.mdt_commit``) on the driver,
+nothing committed), ``mdt-log-written`` / ``mdt-done`` (``hoodie.metadata.commit``) on the driver,
 ``task:<k>`` in the task of group ``k`` after its first marker.
 """
 
@@ -66,7 +66,7 @@ import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 from pyspark.sql import SparkSession
 
-from executors.attempt import (
+from hoodied.executors.attempt import (
     AttemptResult,
     by_partition,
     commit_attempt,
@@ -74,11 +74,8 @@ from executors.attempt import (
     run_attempt,
     start_attempt,
 )
-from executors.engine import Progress
-from executors.plan_files import operation_slice
-from hoodie import _writer_support as ws
-from hoodie.basefile import DEFAULT_ROW_GROUP_ROWS, FILE_NAME, RECORD_KEY, BaseFileWriter, repeat_string
-from hoodie.clustering import (
+from hoodied.executors.engine import Progress
+from hoodied.hoodie.actions.clustering import (
     output_file_id,
     record_index_updates,
     replace_commit_metadata,
@@ -87,29 +84,38 @@ from hoodie.clustering import (
     split_points,
     target_file_max_bytes,
 )
-from hoodie.crashpoints import crash_point
-from hoodie.errors import HoodieFormatError, InstantStateError, UnsupportedTableError
-from hoodie.fsview import CommitState, FileSlice
-from hoodie.heartbeat import (
+from hoodied.hoodie.actions.write_schema import write_schemas
+from hoodied.hoodie.basefile import (
+    DEFAULT_ROW_GROUP_ROWS,
+    FILE_NAME,
+    RECORD_KEY,
+    BaseFileWriter,
+    repeat_string,
+)
+from hoodied.hoodie.crashpoints import crash_point
+from hoodied.hoodie.errors import HoodieFormatError, InstantStateError, UnsupportedTableError
+from hoodied.hoodie.fsview import CommitState, FileSlice
+from hoodied.hoodie.heartbeat import (
     DEFAULT_INTERVAL_MS,
     DEFAULT_TOLERABLE_MISSES,
     Heartbeat,
 )
-from hoodie.instant import Action, Instant, State
-from hoodie.locks import TableLock
-from hoodie.markers import IOType, WriteMarkers
-from hoodie.mdt_commit import CLUSTER, require_commit_maintainable
-from hoodie.mdt_encode import RECORD_INDEX, MetadataRecord
-from hoodie.merge import MergeSpec
-from hoodie.plans import ClusteringPlan
-from hoodie.properties import TableConfig
-from hoodie.reader import read_file_slice
-from hoodie.storage import Storage
-from hoodie.table import HoodieTable
-from hoodie.timeline import Timeline
-from hoodie.timeline_writer import TimelineWriter
-from hoodie.truetime import TimeSettings
-from hoodie.write_schema import write_schemas
+from hoodied.hoodie.locks import TableLock
+from hoodied.hoodie.markers import IOType, WriteMarkers
+from hoodied.hoodie.merge import MergeSpec
+from hoodied.hoodie.metadata.commit import CLUSTER, require_commit_maintainable
+from hoodied.hoodie.metadata.encode import RECORD_INDEX, MetadataRecord
+from hoodied.hoodie.plan_files import operation_slice
+from hoodied.hoodie.properties import TableConfig
+from hoodied.hoodie.reader import read_file_slice
+from hoodied.hoodie.storage import Storage
+from hoodied.hoodie.table import HoodieTable
+from hoodied.hoodie.timeline import commit_metadata as cm
+from hoodied.hoodie.timeline.active import Timeline
+from hoodied.hoodie.timeline.instant import Action, Instant, State
+from hoodied.hoodie.timeline.plans import ClusteringPlan
+from hoodied.hoodie.timeline.truetime import TimeSettings
+from hoodied.hoodie.timeline.writer import TimelineWriter
 
 log = logging.getLogger(__name__)
 
@@ -292,7 +298,7 @@ def cluster_group(job: ClusteringJob, index: int, write_token: str) -> pa.Record
     """Rewrite clustering group ``index`` into new file groups; one stats row per written file.
 
     With sort columns the group is spilled, ordered and cut into ``numOutputFileGroups``
-    parts of equal rows (``hoodie.clustering.split_points``); without, nothing is spilled: the
+    parts of equal rows (``hoodie.actions.clustering.split_points``); without, nothing is spilled: the
     slices are dealt to the outputs in contiguous runs (Spark's ``coalesce`` of the per-slice
     read partitions) and streamed.
     """
@@ -410,7 +416,7 @@ def prepare_job(
 
 def _write_stat(row: dict[str, Any]) -> dict[str, Any]:
     """A ``HoodieWriteStat`` of a new file, as Hudi's create handle fills it (every record an insert)."""
-    stat = ws.write_stat(
+    stat = cm.write_stat(
         file_id=row["file_id"], path=row["path"], partition_path=row["partition"],
         num_writes=row["num_writes"], num_inserts=row["num_writes"], file_size=row["file_size"],
     )
@@ -485,7 +491,7 @@ def execute_clustering(
         metadata = replace_commit_metadata(by_partition(result.write_stats), result.replaced, table_schema)
         moved = _moved_keys(storage, config, instant_time, result.write_stats)
         commit_attempt(result, storage, config, lock, writer, Action.CLUSTERING, metadata,
-                       ws.encode_replace_commit_metadata, time_settings=time_settings, record_index=moved,
+                       cm.encode_replace_commit_metadata, time_settings=time_settings, record_index=moved,
                        check=lambda: require_no_conflict(Timeline.load(storage, config), inst, plan))
     finally:
         heartbeat.stop(delete=True)

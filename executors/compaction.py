@@ -1,7 +1,7 @@
 """Executing a compaction: merge each planned file slice into a new base file, commit the instant.
 
 Runs any pending ``HoodieCompactionPlan`` of a merge-on-read table, whoever requested it
-(hoodied's planner or Apache Hudi; files are resolved with ``executors.plan_files``). One
+(hoodied's planner or Apache Hudi; files are resolved with ``hoodie.plan_files``). One
 Spark job per instant (``executors.engine``): one task per operation, and in each task
 
 1. the slice (base file + the plan's log files) is read and merged by
@@ -29,17 +29,17 @@ keys of the same group); ``numUpdateWrites`` the remaining rows that came from l
 
 A compaction that is inflight when ``execute_compaction`` starts is a failed attempt (or a
 live one: its heartbeat says which); it is refused here and must be rolled back first, which
-``service.compaction.run_compaction`` does (the rollback-then-retry of Hudi). Tables without
+``service.cli.schedule.run_compaction`` does (the rollback-then-retry of Hudi). Tables without
 meta fields are refused.
 
 Tables with a metadata table (versions 8 and 9): after the markers are reconciled, under the
 same lock, the MDT delta commit T is written and completed
-(``hoodie.mdt_commit.write_commit_to_metadata_table``: the new base files in ``files``, their
+(``hoodie.metadata.commit.write_commit_to_metadata_table``: the new base files in ``files``, their
 ``column_stats`` and ``bloom_filters``, tight-bound ``partition_stats``), then the data instant
 T. A crash in between leaves a completed MDT T under a pending data T, which readers ignore;
 the rollback of the failed attempt rolls it back, and a retry that finds one rolls it back
 first. A table with an MDT partition a compaction cannot keep exact is refused before anything
-is written (``hoodie.mdt_commit.require_commit_maintainable``, the planner's rule).
+is written (``hoodie.metadata.commit.require_commit_maintainable``, the planner's rule).
 
 Test hook (``hoodie.crashpoints``): ``requested``, ``inflight``, ``written`` (all tasks done,
 nothing committed), ``mdt-log-written`` (an MDT log file of T written), ``mdt-done`` (MDT T
@@ -60,7 +60,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyspark.sql import SparkSession
 
-from executors.attempt import (
+from hoodied.executors.attempt import (
     AttemptResult,
     by_partition,
     commit_attempt,
@@ -68,38 +68,38 @@ from executors.attempt import (
     run_attempt,
     start_attempt,
 )
-from executors.engine import Progress
-from executors.plan_files import operation_slice
-from hoodie import _writer_support as ws
-from hoodie.basefile import (
+from hoodied.executors.engine import Progress
+from hoodied.hoodie.actions.write_schema import write_schemas
+from hoodied.hoodie.basefile import (
     COMMIT_TIME,
     FILE_NAME,
     BaseFileWriter,
     repeat_string,
 )
-from hoodie.crashpoints import crash_point
-from hoodie.errors import HoodieFormatError, UnsupportedTableError
-from hoodie.fsview import CommitState, FileSlice
-from hoodie.heartbeat import (
+from hoodied.hoodie.crashpoints import crash_point
+from hoodied.hoodie.errors import HoodieFormatError, UnsupportedTableError
+from hoodied.hoodie.fsview import CommitState, FileSlice
+from hoodied.hoodie.heartbeat import (
     DEFAULT_INTERVAL_MS,
     DEFAULT_TOLERABLE_MISSES,
     Heartbeat,
 )
-from hoodie.instant import Action, Instant, State
-from hoodie.locks import TableLock
-from hoodie.logfile import BlockType, delete_block_records, is_rollback_command, read_log_blocks
-from hoodie.markers import IOType, WriteMarkers
-from hoodie.mdt_commit import COMPACT, require_commit_maintainable
-from hoodie.merge import MergeSpec
-from hoodie.plans import CompactionOperation, CompactionPlan
-from hoodie.properties import TableConfig
-from hoodie.reader import read_file_slice
-from hoodie.storage import Storage
-from hoodie.table import HoodieTable
-from hoodie.timeline import Timeline
-from hoodie.timeline_writer import TimelineWriter
-from hoodie.truetime import TimeSettings
-from hoodie.write_schema import write_schemas
+from hoodied.hoodie.locks import TableLock
+from hoodied.hoodie.log import BlockType, delete_block_records, is_rollback_command, read_log_blocks
+from hoodied.hoodie.markers import IOType, WriteMarkers
+from hoodied.hoodie.merge import MergeSpec
+from hoodied.hoodie.metadata.commit import COMPACT, require_commit_maintainable
+from hoodied.hoodie.plan_files import operation_slice
+from hoodied.hoodie.properties import TableConfig
+from hoodied.hoodie.reader import read_file_slice
+from hoodied.hoodie.storage import Storage
+from hoodied.hoodie.table import HoodieTable
+from hoodied.hoodie.timeline import commit_metadata as cm
+from hoodied.hoodie.timeline.active import Timeline
+from hoodied.hoodie.timeline.instant import Action, Instant, State
+from hoodied.hoodie.timeline.plans import CompactionOperation, CompactionPlan
+from hoodied.hoodie.timeline.truetime import TimeSettings
+from hoodied.hoodie.timeline.writer import TimelineWriter
 
 log = logging.getLogger(__name__)
 
@@ -285,7 +285,7 @@ def _slice(storage: Storage, op: CompactionOperation, where: str) -> FileSlice:
 
 def _write_stat(row: dict[str, Any]) -> dict[str, Any]:
     """A ``HoodieWriteStat`` of a compacted file, with the fields Hudi's compactor fills."""
-    stat = ws.write_stat(
+    stat = cm.write_stat(
         file_id=row["file_id"], path=row["path"], partition_path=row["partition"],
         prev_commit=row["prev_commit"], num_writes=row["num_writes"], num_inserts=row["num_inserts"],
         num_updates=row["num_update_writes"], num_deletes=row["num_deletes"], file_size=row["file_size"],
@@ -348,9 +348,9 @@ def execute_compaction(
         rows = run_attempt(session, len(job.slices), job, STATS_SCHEMA, progress=progress,
                            description=f"compaction {instant_time} of {storage.base_uri}")
         result = CompactionResult(inst, [_write_stat(row) for row in sorted(rows, key=lambda r: r["op"])])
-        metadata = ws.commit_metadata(by_partition(result.write_stats), COMPACT, table_schema, compacted=True)
+        metadata = cm.commit_metadata(by_partition(result.write_stats), COMPACT, table_schema, compacted=True)
         commit_attempt(result, storage, config, lock, writer, Action.COMPACTION, metadata,
-                       ws.encode_commit_metadata, time_settings=time_settings)
+                       cm.encode_commit_metadata, time_settings=time_settings)
     finally:
         heartbeat.stop(delete=True)
     result.seconds = time.monotonic() - started

@@ -27,6 +27,7 @@ rest (markers reconciliation).
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import os
 import re
@@ -46,9 +47,9 @@ import pyarrow as pa
 from pyspark import TaskContext
 from pyspark.sql import SparkSession
 
-from hoodie import errors
-from hoodie.errors import HoodieServiceError
-from hoodie.filenames import make_write_token
+from hoodied.hoodie import errors
+from hoodied.hoodie.errors import HoodieServiceError
+from hoodied.hoodie.filenames import make_write_token
 
 log = logging.getLogger(__name__)
 
@@ -65,8 +66,8 @@ __all__ = [
 ]
 
 LOCAL = "local"
-_PROJECT_ROOT = Path(__file__).resolve().parent.parent
-_SHIPPED_PACKAGES = ("hoodie", "executors")
+#: What Spark Connect's Python workers need of hoodied: the format library and the executors.
+_SHIPPED_PACKAGES = ("hoodied.hoodie", "hoodied.executors")
 _CONNECT_MODE = "SPARK_CONNECT_MODE_ENABLED"
 
 #: Defaults of an embedded local session (overridable through ``spark_conf``).
@@ -93,25 +94,43 @@ class SparkJobError(HoodieServiceError):
 OperationTask = Callable[[int, str], pa.RecordBatch]
 
 
+def _package_folder(package: str) -> Path:
+    """Where the installed ``package`` lives (a wheel install, an editable link tree or a zip's folder)."""
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise SparkJobError(f"{package} is not installed as a package; cannot ship it to Spark")
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def _import_root() -> Path:
+    """The folder holding the ``hoodied`` namespace, as this interpreter imports it."""
+    return _package_folder("hoodied.hoodie").parent.parent
+
+
 def _local_environment() -> None:
-    """Python workers of a local session: this interpreter, this project importable."""
+    """Python workers of a local session: this interpreter, hoodied importable as the driver imports it."""
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    root = str(_PROJECT_ROOT)
+    root = str(_import_root())
     paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     if root not in paths:
         os.environ["PYTHONPATH"] = os.pathsep.join([root, *paths])
 
 
 def _package_zip(folder: Path) -> Path:
-    """``hoodie`` and ``executors`` as one zip (sources and package data) for Spark Connect."""
+    """``hoodied.hoodie`` and ``hoodied.executors`` as one zip (sources and package data) for Spark Connect.
+
+    The packages are found where this interpreter imports them from, never by guessing a project
+    root, and only their own files go in (``hoodied`` is a namespace: no ``__init__`` of its own).
+    """
     target = folder / "hoodied-packages.zip"
     with zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as zf:
         for package in _SHIPPED_PACKAGES:
-            base = _PROJECT_ROOT / package
+            base = _package_folder(package)
+            prefix = Path(*package.split("."))
             for path in sorted(base.rglob("*")):
                 if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc":
-                    zf.write(path, path.relative_to(_PROJECT_ROOT).as_posix())
+                    zf.write(path, (prefix / path.relative_to(base)).as_posix())
     return target
 
 

@@ -2,7 +2,7 @@
 
 Runs an ``indexing`` instant that Apache Hudi scheduled (``HoodieIndexer --mode schedule``,
 SQL ``CREATE INDEX``), as ``RunIndexActionExecutor`` does (the rules are in
-``hoodie.mdt_index_build``). One run, under the table lock where it touches shared state:
+``hoodie.metadata.index_build``). One run, under the table lock where it touches shared state:
 
 1. checks: the plan, the index definition, table version 8/9, a requested instant (an inflight
    one is a live executor or a failed attempt to undo first: ``rollback_failed_indexing``), no
@@ -25,7 +25,7 @@ SQL ``CREATE INDEX``), as ``RunIndexActionExecutor`` does (the rules are in
 Crash points (``hoodie.crashpoints``): ``indexing-inflight``, ``indexing-file-groups``,
 ``indexing-task`` (in tasks, after the marker), ``indexing-written``,
 ``indexing-mdt-committed``, ``indexing-properties``. A killed run leaves an inflight instant
-without heartbeat; ``rollback_failed_indexing`` undoes it (``hoodie.mdt_index_rollback``) and
+without heartbeat; ``rollback_failed_indexing`` undoes it (``hoodie.metadata.index_rollback``) and
 the instant can be executed again (``rollback_failed_indexing`` is re-exported here).
 """
 
@@ -41,19 +41,28 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql import SparkSession
 
-from executors.engine import Progress, current_write_token, spark_ddl, task_error
-from hoodie._writer_support import partition_metadata_text
-from hoodie.crashpoints import crash_point
-from hoodie.errors import HoodieServiceError, InstantNotReadyError, InstantStateError, UnsupportedTableError
-from hoodie.filenames import LogFileName
-from hoodie.fsview import CommitState, FileSlice
-from hoodie.heartbeat import DEFAULT_INTERVAL_MS, DEFAULT_TOLERABLE_MISSES, Heartbeat, require_startable
-from hoodie.instant import Action, Instant, State
-from hoodie.locks import TableLock
-from hoodie.logfile import write_log_file
-from hoodie.markers import IOType, WriteMarkers
-from hoodie.mdt_encode import PARTITION_STATS, RECORD_INDEX
-from hoodie.mdt_index_build import (
+from hoodied.executors.engine import Progress, current_write_token, spark_ddl, task_error
+from hoodied.hoodie.crashpoints import crash_point
+from hoodied.hoodie.errors import (
+    HoodieServiceError,
+    InstantNotReadyError,
+    InstantStateError,
+    UnsupportedTableError,
+)
+from hoodied.hoodie.filenames import LogFileName
+from hoodied.hoodie.fsview import CommitState, FileSlice
+from hoodied.hoodie.heartbeat import (
+    DEFAULT_INTERVAL_MS,
+    DEFAULT_TOLERABLE_MISSES,
+    Heartbeat,
+    require_startable,
+)
+from hoodied.hoodie.locks import TableLock
+from hoodied.hoodie.log import write_log_file
+from hoodied.hoodie.markers import IOType, WriteMarkers
+from hoodied.hoodie.merge import MergeSpec
+from hoodied.hoodie.metadata.encode import PARTITION_STATS, RECORD_INDEX
+from hoodied.hoodie.metadata.index_build import (
     SECONDARY_INDEX,
     FileGroupSizing,
     IndexPartitionInfo,
@@ -70,7 +79,7 @@ from hoodie.mdt_index_build import (
     require_indexable,
     require_not_started,
 )
-from hoodie.mdt_index_records import (
+from hoodied.hoodie.metadata.index_records import (
     base_file_cells,
     column_stats_cells,
     encode_index_base_file,
@@ -79,18 +88,18 @@ from hoodie.mdt_index_records import (
     secondary_index_key,
     secondary_key_strings,
 )
-from hoodie.mdt_index_rollback import rollback_failed_indexing
-from hoodie.mdt_rollback import open_mdt_timeline
-from hoodie.merge import MergeSpec
-from hoodie.metadata import METADATA_FOLDER
-from hoodie.properties import TableConfig
-from hoodie.reader import read_file_slice
-from hoodie.storage import Storage
-from hoodie.table import HoodieTable
-from hoodie.table_config_update import set_metadata_partition_state
-from hoodie.timeline import Timeline, instant_time_to_datetime
-from hoodie.timeline_writer import TimelineWriter
-from hoodie.truetime import TimeSettings
+from hoodied.hoodie.metadata.index_rollback import rollback_failed_indexing
+from hoodied.hoodie.metadata.reader import METADATA_FOLDER
+from hoodied.hoodie.metadata.rollback import open_mdt_timeline
+from hoodied.hoodie.properties import TableConfig, partition_metadata_text
+from hoodied.hoodie.reader import read_file_slice
+from hoodied.hoodie.storage import Storage
+from hoodied.hoodie.table import HoodieTable
+from hoodied.hoodie.table_config_update import set_metadata_partition_state
+from hoodied.hoodie.timeline.active import Timeline, instant_time_to_datetime
+from hoodied.hoodie.timeline.instant import Action, Instant, State
+from hoodied.hoodie.timeline.truetime import TimeSettings
+from hoodied.hoodie.timeline.writer import TimelineWriter
 
 log = logging.getLogger(__name__)
 

@@ -31,20 +31,20 @@ file], ``logVersion`` 1, ``logOffset`` 0, ``numUpdateWrites`` = ``numWrites`` = 
 written. Markers and the heartbeat go afterwards.
 
 An inflight log compaction is a failed attempt (or a live one, by its heartbeat): refused
-here, rolled back by ``service.cli_services.rollback_failed_attempt`` (markers name the log
+here, rolled back by ``service.cli.services.rollback_failed_attempt`` (markers name the log
 files to delete), then re-executed from the plan. Tables with a metadata table: the MDT delta
 commit T is written and completed under the lock right before T
-(``hoodie.mdt_commit.write_commit_to_metadata_table``): the new log files in ``files``, their
+(``hoodie.metadata.commit.write_commit_to_metadata_table``): the new log files in ``files``, their
 column statistics in ``column_stats`` and ``partition_stats``, record-index deletes of their
 deleted keys, nothing for secondary indexes. The driver derives the statistics by re-reading
-each new log file (``hoodie.mdt_logstats``), one file at a time: memory stays bounded by one
+each new log file (``hoodie.metadata.log_stats``), one file at a time: memory stays bounded by one
 slice, the statistics are those of the bytes on storage (a task attempt that wrote the file
 and one that reported stats cannot disagree), and the same code reproduces Hudi's own records
 of Hudi-written log files; the cost is one extra read of what the job wrote. Tables with an MDT
 partition a log compaction cannot keep exact (expression indexes, a partitioned record index)
 are refused before anything is written. Refusals that depend on the written records (a log
 file's column statistics hoodied cannot write exactly, a record-index delete that would drop a
-live entry: ``hoodie.mdt_commit``) come after the tasks: the metadata table and the completed
+live entry: ``hoodie.metadata.commit``) come after the tasks: the metadata table and the completed
 timeline are untouched, the instant stays inflight as a failed attempt (rolled back before any
 retry, as after a failed Spark job).
 
@@ -65,7 +65,7 @@ import numpy as np
 import pyarrow as pa
 from pyspark.sql import SparkSession
 
-from executors.attempt import (
+from hoodied.executors.attempt import (
     AttemptResult,
     by_partition,
     commit_attempt,
@@ -73,27 +73,25 @@ from executors.attempt import (
     run_attempt,
     start_attempt,
 )
-from executors.compaction import prepare_job as prepare_compaction_job
-from executors.engine import Progress
-from hoodie import _writer_support as ws
-from hoodie.basefile import FILE_NAME, repeat_string
-from hoodie.crashpoints import crash_point
-from hoodie.errors import HoodieFormatError, UnsupportedTableError
-from hoodie.filenames import LogFileName
-from hoodie.fsview import CommitState, FileSlice
-from hoodie.heartbeat import (
-    DEFAULT_INTERVAL_MS,
-    DEFAULT_TOLERABLE_MISSES,
-    Heartbeat,
-)
-from hoodie.instant import Action, Instant, State
-from hoodie.locks import TableLock
-from hoodie.log_compaction import (
+from hoodied.executors.compaction import prepare_job as prepare_compaction_job
+from hoodied.executors.engine import Progress
+from hoodied.hoodie.actions.log_compaction import (
     LOG_COMPACTION_COMPACTOR,
     LOG_COMPACTION_OPERATION,
     require_log_compaction_supported,
 )
-from hoodie.logfile import (
+from hoodied.hoodie.basefile import FILE_NAME, repeat_string
+from hoodied.hoodie.crashpoints import crash_point
+from hoodied.hoodie.errors import HoodieFormatError, UnsupportedTableError
+from hoodied.hoodie.filenames import LogFileName
+from hoodied.hoodie.fsview import CommitState, FileSlice
+from hoodied.hoodie.heartbeat import (
+    DEFAULT_INTERVAL_MS,
+    DEFAULT_TOLERABLE_MISSES,
+    Heartbeat,
+)
+from hoodied.hoodie.locks import TableLock
+from hoodied.hoodie.log import (
     BlockType,
     DeleteRecord,
     HeaderKey,
@@ -102,15 +100,17 @@ from hoodie.logfile import (
     encode_delete_block,
     write_log_file,
 )
-from hoodie.markers import IOType, WriteMarkers
-from hoodie.merge import MergedLogRecords, MergeSpec
-from hoodie.plans import CompactionPlan
-from hoodie.properties import TableConfig
-from hoodie.reader import merge_log_blocks, scan_log_blocks
-from hoodie.storage import Storage
-from hoodie.timeline import Timeline
-from hoodie.timeline_writer import TimelineWriter
-from hoodie.truetime import TimeSettings
+from hoodied.hoodie.markers import IOType, WriteMarkers
+from hoodied.hoodie.merge import MergedLogRecords, MergeSpec
+from hoodied.hoodie.properties import TableConfig
+from hoodied.hoodie.reader import merge_log_blocks, scan_log_blocks
+from hoodied.hoodie.storage import Storage
+from hoodied.hoodie.timeline import commit_metadata as cm
+from hoodied.hoodie.timeline.active import Timeline
+from hoodied.hoodie.timeline.instant import Action, Instant, State
+from hoodied.hoodie.timeline.plans import CompactionPlan
+from hoodied.hoodie.timeline.truetime import TimeSettings
+from hoodied.hoodie.timeline.writer import TimelineWriter
 
 log = logging.getLogger(__name__)
 
@@ -281,7 +281,7 @@ def _prepare(
 
 def _write_stat(row: dict[str, Any]) -> dict[str, Any]:
     """A ``HoodieDeltaWriteStat`` of one new log file, with the fields Hudi's append handle fills."""
-    stat = ws.write_stat(
+    stat = cm.write_stat(
         file_id=row["file_id"], path=row["path"], partition_path=row["partition"],
         prev_commit=row["prev_commit"], num_writes=row["num_writes"], num_updates=row["num_writes"],
         num_deletes=row["num_deletes"], file_size=row["file_size"], log_version=1,
@@ -336,9 +336,9 @@ def execute_log_compaction(
         result = LogCompactionResult(inst, [_write_stat(r) for r in rows if r["path"] is not None],
                                      blocks_merged=sum(r["blocks_merged"] for r in rows))
         stats = by_partition(result.write_stats)
-        metadata = ws.commit_metadata(stats, LOG_COMPACTION_OPERATION, table_schema, compacted=True)
+        metadata = cm.commit_metadata(stats, LOG_COMPACTION_OPERATION, table_schema, compacted=True)
         commit_attempt(result, storage, config, lock, writer, Action.LOG_COMPACTION, metadata,
-                       ws.encode_commit_metadata, time_settings=time_settings)
+                       cm.encode_commit_metadata, time_settings=time_settings)
     finally:
         heartbeat.stop(delete=True)
     result.seconds = time.monotonic() - started

@@ -7,7 +7,7 @@ version 6 rollback command blocks) are refused before anything is touched.
 On a table with a metadata table (versions 8 and 9), the rollback R of instant T rolls back
 the MDT delta commit T with an MDT rollback at the same instant time R, after the data files
 are deleted and before R completes, as Hudi 1.x does in ``finishRollback``
-(``hoodie.mdt_rollback``); no MDT delta commit is written for R. When the MDT has no T (the
+(``hoodie.metadata.rollback``); no MDT delta commit is written for R. When the MDT has no T (the
 attempt failed before its MDT write) the MDT is left alone. An MDT delta commit T already
 folded into an MDT compaction is refused before anything is written (Hudi asks for a restore).
 
@@ -30,15 +30,15 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from hoodie.crashpoints import crash_point
-from hoodie.errors import HoodieFormatError, InstantStateError
-from hoodie.heartbeat import delete_heartbeat
-from hoodie.instant import Action, Instant, State
-from hoodie.markers import WriteMarkers
-from hoodie.mdt_rollback import check_data_rollback, rollback_mdt_for_data_rollback
-from hoodie.rollback_files import delete_planned_files, rollback_metadata
-from hoodie.timeline import Timeline
-from hoodie.timeline_writer import TimelineWriter
+from hoodied.hoodie.crashpoints import crash_point
+from hoodied.hoodie.errors import HoodieFormatError, InstantStateError
+from hoodied.hoodie.heartbeat import delete_heartbeat
+from hoodied.hoodie.markers import WriteMarkers
+from hoodied.hoodie.metadata.rollback import check_data_rollback, rollback_mdt_for_data_rollback
+from hoodied.hoodie.rollback_files import delete_planned_files, rollback_metadata
+from hoodied.hoodie.timeline.active import Timeline
+from hoodied.hoodie.timeline.instant import Action, Instant, State
+from hoodied.hoodie.timeline.writer import TimelineWriter
 
 log = logging.getLogger(__name__)
 

@@ -37,9 +37,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from hoodie.bloom import DEFAULT_FPP, DEFAULT_MAX_ENTRIES, DEFAULT_NUM_ENTRIES, BloomFilter, BloomFilterType
-from hoodie.errors import UnsupportedTableError
-from hoodie.storage import Storage
+from hoodied.hoodie.bloom import (
+    DEFAULT_FPP,
+    DEFAULT_MAX_ENTRIES,
+    DEFAULT_NUM_ENTRIES,
+    BloomFilter,
+    BloomFilterType,
+)
+from hoodied.hoodie.errors import UnsupportedTableError
+from hoodied.hoodie.storage import Storage
 
 log = logging.getLogger(__name__)
 

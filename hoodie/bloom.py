@@ -37,7 +37,7 @@ from enum import StrEnum
 import numpy as np
 import pyarrow as pa
 
-from hoodie.errors import HoodieFormatError, UnsupportedTableError
+from hoodied.hoodie.errors import HoodieFormatError, UnsupportedTableError
 
 HASH_JENKINS = 0
 HASH_MURMUR = 1

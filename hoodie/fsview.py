@@ -39,12 +39,12 @@ import logging
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
-from hoodie.filenames import PARTITION_METAFILE, BaseFileName, LogFileName
-from hoodie.instant import WRITE_ACTIONS, Action, Instant
-from hoodie.plans import ClusteringPlan, CompactionPlan
-from hoodie.properties import TableConfig
-from hoodie.storage import Storage
-from hoodie.timeline import Timeline
+from hoodied.hoodie.filenames import PARTITION_METAFILE, BaseFileName, LogFileName
+from hoodied.hoodie.properties import TableConfig
+from hoodied.hoodie.storage import Storage
+from hoodied.hoodie.timeline.active import Timeline
+from hoodied.hoodie.timeline.instant import WRITE_ACTIONS, Action, Instant
+from hoodied.hoodie.timeline.plans import ClusteringPlan, CompactionPlan
 
 __all__ = [
     "BaseFile",

@@ -20,9 +20,9 @@ import time
 from collections.abc import Callable
 from types import TracebackType
 
-from hoodie.errors import InstantStateError
-from hoodie.instant import Instant, State
-from hoodie.storage import Storage
+from hoodied.hoodie.errors import InstantStateError
+from hoodied.hoodie.storage import Storage
+from hoodied.hoodie.timeline.instant import Instant, State
 
 log = logging.getLogger(__name__)
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Protocol, runtime_checkable
 
-from hoodie.errors import LockLostError, LockUnavailableError
+from hoodied.hoodie.errors import LockLostError, LockUnavailableError
 
 log = logging.getLogger(__name__)
 

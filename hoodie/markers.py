@@ -20,8 +20,8 @@ import logging
 from dataclasses import dataclass
 from enum import StrEnum
 
-from hoodie.errors import FileAlreadyExistsError, HoodieFormatError
-from hoodie.storage import Storage
+from hoodied.hoodie.errors import FileAlreadyExistsError, HoodieFormatError
+from hoodied.hoodie.storage import Storage
 
 log = logging.getLogger(__name__)
 

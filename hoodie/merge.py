@@ -35,8 +35,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from hoodie.errors import UnsupportedTableError
-from hoodie.properties import MergeMode, TableConfig
+from hoodied.hoodie.errors import UnsupportedTableError
+from hoodied.hoodie.properties import MergeMode, TableConfig
 
 __all__ = [
     "MergeSpec",

@@ -27,8 +27,8 @@ from datetime import UTC, datetime, tzinfo
 from enum import StrEnum
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from hoodie.errors import HoodieFormatError, TableNotFoundError, UnsupportedTableError
-from hoodie.storage import Storage
+from hoodied.hoodie.errors import HoodieFormatError, TableNotFoundError, UnsupportedTableError
+from hoodied.hoodie.storage import Storage
 
 log = logging.getLogger(__name__)
 
@@ -506,3 +506,25 @@ def load_table_config(storage: Storage, *, metadata_table: bool = False) -> Tabl
             f"{path}: base file format {config.base_file_format} is not supported (hoodied reads PARQUET)"
         )
     return config
+
+
+# ---------------------------------------------------------------- files written as java.util.Properties
+
+
+def java_date(dt: datetime) -> str:
+    """``java.util.Date.toString()`` of ``dt`` in UTC, e.g. ``Sat Mar 07 19:58:26 UTC 2026``."""
+    dt = dt.astimezone(UTC)
+    days = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
+    months = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
+    return f"{days[dt.weekday()]} {months[dt.month - 1]} {dt:%d %H:%M:%S} UTC {dt.year}"
+
+
+def properties_text(props: Mapping[str, str], now: datetime) -> str:
+    """``hoodie.properties`` text with the two comment lines ``Properties.store`` writes."""
+    stamp = now.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f") + "Z"
+    return format_java_properties(props, [f"Updated at {stamp}", java_date(now)])
+
+
+def partition_metadata_text(commit_time: str, depth: int, now: datetime) -> str:
+    props = {"commitTime": commit_time, "partitionDepth": str(depth)}
+    return format_java_properties(props, ["partition metadata", java_date(now)])

@@ -33,9 +33,9 @@ from collections.abc import Iterator
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from hoodie.errors import HoodieFormatError, UnsupportedTableError
-from hoodie.fsview import CommitState, FileSlice
-from hoodie.logfile import (
+from hoodied.hoodie.errors import HoodieFormatError, UnsupportedTableError
+from hoodied.hoodie.fsview import CommitState, FileSlice
+from hoodied.hoodie.log import (
     BlockType,
     LogBlock,
     avro_block_to_arrow,
@@ -44,10 +44,10 @@ from hoodie.logfile import (
     parquet_block_table,
     read_log_blocks,
 )
-from hoodie.merge import LogRecordBuffer, MergedLogRecords, MergeSpec, conform
-from hoodie.properties import TableConfig
-from hoodie.storage import Storage
-from hoodie.timeline import Timeline
+from hoodied.hoodie.merge import LogRecordBuffer, MergedLogRecords, MergeSpec, conform
+from hoodied.hoodie.properties import TableConfig
+from hoodied.hoodie.storage import Storage
+from hoodied.hoodie.timeline.active import Timeline
 
 __all__ = [
     "DEFAULT_BATCH_SIZE",

@@ -13,9 +13,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from hoodie.errors import HoodieFormatError, UnsupportedTableError
-from hoodie.locks import TableLock
-from hoodie.storage import Storage
+from hoodied.hoodie.errors import HoodieFormatError, UnsupportedTableError
+from hoodied.hoodie.locks import TableLock
+from hoodied.hoodie.storage import Storage
 
 __all__ = ["DeletedFiles", "delete_planned_files", "plan_relative_path", "rollback_metadata"]
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import BinaryIO, Protocol, runtime_checkable
 from urllib.parse import unquote, urlparse
 
-from hoodie.errors import FileAlreadyExistsError, StorageError, TableNotFoundError
+from hoodied.hoodie.errors import FileAlreadyExistsError, StorageError, TableNotFoundError
 
 
 @dataclass(frozen=True, slots=True)

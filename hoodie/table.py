@@ -8,7 +8,7 @@ Owns the choices a reader makes around the file-system view and the slice reader
   warning when it is missing.
 * Schema (``schema()``): the Avro schema in the ``extraMetadata.schema`` of the latest
   completed write that has one, else ``hoodie.table.create.schema``, else the schema of a base
-  file; mapped to Arrow with ``hoodie.avro_arrow`` and preceded by the five Hudi meta columns
+  file; mapped to Arrow with ``hoodie.avro.arrow`` and preceded by the five Hudi meta columns
   when the table populates them. Every column is nullable.
 * Snapshot reads, read-optimized reads and time travel (``as_of``: the timeline cut at
   requested time <= ``as_of``) stream ``pyarrow.RecordBatch``es slice by slice.
@@ -23,16 +23,16 @@ from typing import Any, Literal
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from hoodie.avro_arrow import avro_schema_to_arrow
-from hoodie.errors import HoodieFormatError, UnsupportedTableError
-from hoodie.fsview import CommitState, FileSlice, FileSystemView, list_storage
-from hoodie.instant import WRITE_ACTIONS, require_instant_time
-from hoodie.merge import MergeSpec
-from hoodie.metadata import MetadataTable
-from hoodie.properties import TableConfig, load_table_config
-from hoodie.reader import DEFAULT_BATCH_SIZE, read_file_slice
-from hoodie.storage import Storage, storage_for
-from hoodie.timeline import Timeline
+from hoodied.hoodie.avro.arrow import avro_schema_to_arrow
+from hoodied.hoodie.errors import HoodieFormatError, UnsupportedTableError
+from hoodied.hoodie.fsview import CommitState, FileSlice, FileSystemView, list_storage
+from hoodied.hoodie.merge import MergeSpec
+from hoodied.hoodie.metadata.reader import MetadataTable
+from hoodied.hoodie.properties import TableConfig, load_table_config
+from hoodied.hoodie.reader import DEFAULT_BATCH_SIZE, read_file_slice
+from hoodied.hoodie.storage import Storage, storage_for
+from hoodied.hoodie.timeline.active import Timeline
+from hoodied.hoodie.timeline.instant import WRITE_ACTIONS, require_instant_time
 
 __all__ = ["HoodieTable", "META_FIELDS", "Listing"]
 

@@ -26,18 +26,18 @@ import logging
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 
-from hoodie._writer_support import properties_text
-from hoodie.errors import HoodieFormatError
-from hoodie.locks import TableLock
-from hoodie.properties import (
+from hoodied.hoodie.errors import HoodieFormatError
+from hoodied.hoodie.locks import TableLock
+from hoodied.hoodie.properties import (
     KEYS,
     PROPERTIES_BACKUP_FILE,
     PROPERTIES_FILE,
     parse_java_properties,
+    properties_text,
     read_table_properties,
     table_checksum,
 )
-from hoodie.storage import Storage
+from hoodied.hoodie.storage import Storage
 
 log = logging.getLogger(__name__)
 

@@ -25,7 +25,7 @@ for deletion whatever the retention, since no reader counts them. In table versi
 base files can be attributed (log file names carry the slice's base instant there).
 
 Tables with a metadata table are planned only where the clean can keep every metadata
-partition exact (``hoodie.mdt_clean.require_clean_maintainable``).
+partition exact (``hoodie.metadata.clean.require_clean_maintainable``).
 
 Incremental planning (``hoodie.clean.incremental.enabled``, default on): with a completed
 clean whose ECTR is still on the active timeline, only partitions written by instants in
@@ -44,14 +44,14 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
-from hoodie.filenames import BaseFileName, writer_instant
-from hoodie.fsview import FileGroup, FilesByPartition, FileSlice, FileSystemView
-from hoodie.instant import WRITE_ACTIONS, Action, Instant
-from hoodie.mdt_clean import require_clean_maintainable
-from hoodie.plans import ClusteringPlan, CompactionPlan
-from hoodie.properties import TableConfig
-from hoodie.storage import Storage
-from hoodie.timeline import Timeline, datetime_to_instant_time
+from hoodied.hoodie.filenames import BaseFileName, writer_instant
+from hoodied.hoodie.fsview import FileGroup, FilesByPartition, FileSlice, FileSystemView
+from hoodied.hoodie.metadata.clean import require_clean_maintainable
+from hoodied.hoodie.properties import TableConfig
+from hoodied.hoodie.storage import Storage
+from hoodied.hoodie.timeline.active import Timeline, datetime_to_instant_time
+from hoodied.hoodie.timeline.instant import WRITE_ACTIONS, Action, Instant
+from hoodied.hoodie.timeline.plans import ClusteringPlan, CompactionPlan
 
 log = logging.getLogger(__name__)
 
@@ -294,7 +294,7 @@ def plan_clean(
 
     Tables whose metadata table a clean cannot keep exact are refused (``UnsupportedTableError``),
     exactly as ``executors.clean`` refuses to execute a clean there: both use
-    ``hoodie.mdt_clean.require_clean_maintainable``.
+    ``hoodie.metadata.clean.require_clean_maintainable``.
     """
     require_clean_maintainable(storage, config, "clean")
     settings = settings or CleanSettings()

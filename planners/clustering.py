@@ -19,7 +19,7 @@ the real plans in the v9 fixtures: slices carry full base/log paths, ``bootstrap
 
 Not done yet: the RECENT_DAYS partition filter. A table whose metadata table has a partition a
 clustering's commit cannot keep exact is refused before anything is written
-(``hoodie.mdt_commit.require_commit_maintainable``, the executor's rule).
+(``hoodie.metadata.commit.require_commit_maintainable``, the executor's rule).
 """
 
 from __future__ import annotations
@@ -29,16 +29,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from hoodie.errors import InstantStateError
-from hoodie.fsview import FilesByPartition, FileSlice, FileSystemView, LogFile, list_storage
-from hoodie.instant import Action, Instant, State
-from hoodie.locks import TableLock
-from hoodie.mdt_commit import CLUSTER, require_commit_maintainable
-from hoodie.properties import TableConfig, load_table_config
-from hoodie.storage import Storage
-from hoodie.timeline import Timeline
-from hoodie.timeline_writer import TimelineWriter
-from hoodie.truetime import TimeSettings
+from hoodied.hoodie.errors import InstantStateError
+from hoodied.hoodie.fsview import FilesByPartition, FileSlice, FileSystemView, LogFile, list_storage
+from hoodied.hoodie.locks import TableLock
+from hoodied.hoodie.metadata.commit import CLUSTER, require_commit_maintainable
+from hoodied.hoodie.properties import TableConfig, load_table_config
+from hoodied.hoodie.storage import Storage
+from hoodied.hoodie.timeline.active import Timeline
+from hoodied.hoodie.timeline.instant import Action, Instant, State
+from hoodied.hoodie.timeline.truetime import TimeSettings
+from hoodied.hoodie.timeline.writer import TimelineWriter
 
 __all__ = [
     "EXECUTION_STRATEGY",

@@ -36,7 +36,7 @@ in whole MB). ``schedule_compaction`` writes it as ``<T>.compaction.requested`` 
 table lock with a TrueTime instant ``T``.
 
 Tables with a metadata table are planned when the compaction's MDT delta commit can keep every
-MDT partition exact (``hoodie.mdt_commit.require_commit_maintainable``); others are refused
+MDT partition exact (``hoodie.metadata.commit.require_commit_maintainable``); others are refused
 with nothing written.
 """
 
@@ -48,17 +48,17 @@ from dataclasses import dataclass, field, fields, replace
 from enum import StrEnum
 from typing import Any
 
-from hoodie.errors import InstantStateError, UnsupportedTableError
-from hoodie.fsview import FilesByPartition, FileSlice, FileSystemView, LogFile, list_storage
-from hoodie.instant import WRITE_ACTIONS, Action, Instant, State
-from hoodie.locks import TableLock
-from hoodie.mdt_commit import COMPACT, require_commit_maintainable
-from hoodie.plans import compaction_operation
-from hoodie.properties import TableConfig, load_table_config
-from hoodie.storage import Storage
-from hoodie.timeline import Timeline, instant_time_to_datetime
-from hoodie.timeline_writer import TimelineWriter
-from hoodie.truetime import TimeSettings
+from hoodied.hoodie.errors import InstantStateError, UnsupportedTableError
+from hoodied.hoodie.fsview import FilesByPartition, FileSlice, FileSystemView, LogFile, list_storage
+from hoodied.hoodie.locks import TableLock
+from hoodied.hoodie.metadata.commit import COMPACT, require_commit_maintainable
+from hoodied.hoodie.properties import TableConfig, load_table_config
+from hoodied.hoodie.storage import Storage
+from hoodied.hoodie.timeline.active import Timeline, instant_time_to_datetime
+from hoodied.hoodie.timeline.instant import WRITE_ACTIONS, Action, Instant, State
+from hoodied.hoodie.timeline.plans import compaction_operation
+from hoodied.hoodie.timeline.truetime import TimeSettings
+from hoodied.hoodie.timeline.writer import TimelineWriter
 
 log = logging.getLogger(__name__)
 

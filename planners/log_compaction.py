@@ -20,7 +20,7 @@ into one new log block and leaves the base file alone. Scheduling follows Hudi 1
 - no compaction strategy filters or orders the operations: every eligible slice is taken.
 
 The plan is a ``HoodieCompactionPlan`` (version 2) with the operations of
-``hoodie.plans.compaction_operation`` (``FileSliceMetricUtils`` metrics),
+``hoodie.timeline.plans.compaction_operation`` (``FileSliceMetricUtils`` metrics),
 ``strategy.compactorClassName`` ``org.apache.hudi.table.action.compact.LogCompactionExecutionHelper``
 with empty ``strategyParams``, and ``preserveHoodieMetadata`` true. ``schedule_log_compaction``
 writes it as ``<T>.logcompaction.requested`` under the table lock with a TrueTime instant.
@@ -29,7 +29,7 @@ Table version 6 is refused: its log files carry the slice's base instant, so the
 output cannot be rolled back by deleting files, and Hudi 0.x readers only honour
 ``COMPACTED_BLOCK_TIMES`` with the optimized scan switched on. Tables with a metadata table
 are planned when the log compaction's MDT delta commit keeps every MDT partition exact
-(``hoodie.log_compaction.require_log_compaction_supported``).
+(``hoodie.actions.log_compaction.require_log_compaction_supported``).
 """
 
 from __future__ import annotations
@@ -39,18 +39,25 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from hoodie.errors import InstantStateError
-from hoodie.fsview import CommitState, FilesByPartition, FileSlice, FileSystemView, LogFile, list_storage
-from hoodie.instant import Action, Instant, State
-from hoodie.locks import TableLock
-from hoodie.log_compaction import LOG_COMPACTION_COMPACTOR, require_log_compaction_supported
-from hoodie.plans import compaction_operation
-from hoodie.properties import TableConfig, load_table_config
-from hoodie.reader import scan_log_blocks
-from hoodie.storage import Storage
-from hoodie.timeline import Timeline
-from hoodie.timeline_writer import TimelineWriter
-from hoodie.truetime import TimeSettings
+from hoodied.hoodie.actions.log_compaction import LOG_COMPACTION_COMPACTOR, require_log_compaction_supported
+from hoodied.hoodie.errors import InstantStateError
+from hoodied.hoodie.fsview import (
+    CommitState,
+    FilesByPartition,
+    FileSlice,
+    FileSystemView,
+    LogFile,
+    list_storage,
+)
+from hoodied.hoodie.locks import TableLock
+from hoodied.hoodie.properties import TableConfig, load_table_config
+from hoodied.hoodie.reader import scan_log_blocks
+from hoodied.hoodie.storage import Storage
+from hoodied.hoodie.timeline.active import Timeline
+from hoodied.hoodie.timeline.instant import Action, Instant, State
+from hoodied.hoodie.timeline.plans import compaction_operation
+from hoodied.hoodie.timeline.truetime import TimeSettings
+from hoodied.hoodie.timeline.writer import TimelineWriter
 
 log = logging.getLogger(__name__)
 

@@ -21,7 +21,7 @@ hoodied refuses that case instead of guessing.
 Plan paths are full paths (the table base path + the relative path), as Hudi writes them.
 
 Tables with a metadata table (versions 8 and 9): the executor also rolls back the MDT delta
-commit of the target (``hoodie.mdt_rollback``); ``schedule_rollback`` checks first that it can
+commit of the target (``hoodie.metadata.rollback``); ``schedule_rollback`` checks first that it can
 (a version-6 MDT, or an MDT delta commit already folded into an MDT compaction, is refused
 with nothing written).
 """
@@ -33,22 +33,22 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from hoodie.errors import InstantStateError, UnsupportedTableError
-from hoodie.filenames import BaseFileName, LogFileName
-from hoodie.fsview import list_storage
-from hoodie.heartbeat import (
+from hoodied.hoodie.errors import InstantStateError, UnsupportedTableError
+from hoodied.hoodie.filenames import BaseFileName, LogFileName
+from hoodied.hoodie.fsview import list_storage
+from hoodied.hoodie.heartbeat import (
     DEFAULT_INTERVAL_MS,
     DEFAULT_TOLERABLE_MISSES,
     is_heartbeat_expired,
     last_heartbeat_ms,
 )
-from hoodie.instant import Action, Instant, State
-from hoodie.markers import IOType, WriteMarkers
-from hoodie.mdt_rollback import check_data_rollback
-from hoodie.properties import TableConfig
-from hoodie.storage import Storage
-from hoodie.timeline import Timeline
-from hoodie.timeline_writer import TimelineWriter
+from hoodied.hoodie.markers import IOType, WriteMarkers
+from hoodied.hoodie.metadata.rollback import check_data_rollback
+from hoodied.hoodie.properties import TableConfig
+from hoodied.hoodie.storage import Storage
+from hoodied.hoodie.timeline.active import Timeline
+from hoodied.hoodie.timeline.instant import Action, Instant, State
+from hoodied.hoodie.timeline.writer import TimelineWriter
 
 log = logging.getLogger(__name__)
 

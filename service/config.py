@@ -1,6 +1,6 @@
 """The daemon's settings: one frozen, typed, validated tree, read from a YAML file, the environment and flags.
 
-Precedence (the one place it is defined; ``tests/test_daemon.py`` pins it)::
+Precedence (the one place it is defined; ``tests/service/daemon/test_daemon.py`` pins it)::
 
     built-in defaults  <  YAML file (--config)  <  environment (HOODIED_*)  <  command-line flags
 
@@ -36,13 +36,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic_settings import BaseSettings, EnvSettingsSource, SettingsConfigDict
 from pydantic_settings.exceptions import SettingsError
 
-from hoodie.errors import HoodieServiceError
-from hoodie.instant import Action, Instant
-from hoodie.locks import LockSettings
-from hoodie.timeline import Timeline
-from planners.clean import CleanPolicy, CleanSettings
-from planners.clustering import ClusteringSettings
-from planners.compaction import CompactionStrategy
+from hoodied.hoodie.errors import HoodieServiceError
+from hoodied.hoodie.locks import LockSettings
+from hoodied.hoodie.timeline.active import Timeline
+from hoodied.hoodie.timeline.instant import Action, Instant
+from hoodied.planners.clean import CleanPolicy, CleanSettings
+from hoodied.planners.clustering import ClusteringSettings
+from hoodied.planners.compaction import CompactionStrategy
 
 __all__ = [
     "CLUSTERING_OPTION_KEYS",
@@ -341,7 +341,8 @@ class DiscoverRoot(_Frozen):
 
 
 class Concurrency(_Frozen):
-    """How much work runs at once in this replica (one job per table at any time, see ``service.loop``)."""
+    """How much work runs at once in this replica (one job per table at any time; ``service.daemon.loop``).
+    """
 
     workers: int = Field(4, ge=1, le=1024)
     """Jobs (plans and executions) at once."""

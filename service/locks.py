@@ -56,9 +56,9 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 
-from hoodie.errors import StorageError
-from hoodie.locks import LockBackendError, LockSettings, TableLockBase, lock_key
-from hoodie.storage import Storage
+from hoodied.hoodie.errors import StorageError
+from hoodied.hoodie.locks import LockBackendError, LockSettings, TableLockBase, lock_key
+from hoodied.hoodie.storage import Storage
 
 log = logging.getLogger(__name__)
 

@@ -7,11 +7,11 @@ Executor modules are imported when a job needs them, so the service layer works 
 them is not installed, and a poll-only daemon never imports pyspark.
 
 ``run_spark_service`` is what both ``hoodied execute`` (through ``SparkRunner``) and the daemon
-(``service.executors``) call for a pending instant:
+(``service.daemon.registry``) call for a pending instant:
 
 1. a pending instant that is inflight (or that a pending rollback targets) is a failed attempt
    unless its heartbeat is alive: it is rolled back exactly as Apache Hudi does before it
-   retries one (``service.cli_services.rollback_failed_attempt``: a rollback instant whose plan
+   retries one (``service.cli.services.rollback_failed_attempt``: a rollback instant whose plan
    deletes the attempt's files, then the service is requested again; an ``indexing`` attempt
    has no rollback instant in Hudi and is aborted instead: its MDT partition and delta commits
    go, the partition leaves ``hoodie.properties``, the instant is requested again);
@@ -39,17 +39,17 @@ from contextlib import AbstractContextManager, ExitStack
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from hoodie.errors import InstantStateError, UnsupportedTableError
-from hoodie.heartbeat import DEFAULT_INTERVAL_MS, DEFAULT_TOLERABLE_MISSES
-from hoodie.instant import Action, Instant, State
-from hoodie.locks import TableLock
-from hoodie.properties import load_table_config
-from hoodie.storage import Storage
-from hoodie.timeline import Timeline
-from hoodie.truetime import TimeSettings
-from planners.rollback import pending_rollback_for
-from service.cli_services import ExecuteOutcome, rollback_failed_attempt
-from service.config import SERVICE_ACTIONS, service_of
+from hoodied.hoodie.errors import InstantStateError, UnsupportedTableError
+from hoodied.hoodie.heartbeat import DEFAULT_INTERVAL_MS, DEFAULT_TOLERABLE_MISSES
+from hoodied.hoodie.locks import TableLock
+from hoodied.hoodie.properties import load_table_config
+from hoodied.hoodie.storage import Storage
+from hoodied.hoodie.timeline.active import Timeline
+from hoodied.hoodie.timeline.instant import Action, Instant, State
+from hoodied.hoodie.timeline.truetime import TimeSettings
+from hoodied.planners.rollback import pending_rollback_for
+from hoodied.service.cli.services import ExecuteOutcome, rollback_failed_attempt
+from hoodied.service.config import SERVICE_ACTIONS, service_of
 
 log = logging.getLogger(__name__)
 
@@ -107,10 +107,10 @@ class SparkService:
 SPARK_SERVICES: dict[str, SparkService] = {
     s.name: s
     for s in (
-        SparkService("compaction", "executors.compaction", "execute_compaction"),
-        SparkService("log_compaction", "executors.log_compaction", "execute_log_compaction"),
-        SparkService("clustering", "executors.clustering", "execute_clustering"),
-        SparkService("indexing", "executors.indexing", "execute_indexing"),
+        SparkService("compaction", "hoodied.executors.compaction", "execute_compaction"),
+        SparkService("log_compaction", "hoodied.executors.log_compaction", "execute_log_compaction"),
+        SparkService("clustering", "hoodied.executors.clustering", "execute_clustering"),
+        SparkService("indexing", "hoodied.executors.indexing", "execute_indexing"),
     )
 }
 
@@ -173,7 +173,7 @@ class SparkEngine:
     def session(self, master: str, conf: Mapping[str, str] | None = None) -> Any:
         with self._guard:  # two first jobs at once must not start two sessions
             if self._session is None:
-                from executors.engine import spark_session
+                from hoodied.executors.engine import spark_session
 
                 self._session = self._stack.enter_context(spark_session(master, dict(conf or {})))
             return self._session

@@ -22,7 +22,7 @@ if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv
 fi
 .venv/bin/python -m pip install -q --upgrade pip
-.venv/bin/python -m pip install -q -e '.[test]'
+.venv/bin/python -m pip install -q -e '.[test]' --config-settings editable_mode=strict
 
 echo "== ruff"
 .venv/bin/ruff check hoodie planners executors service tests bench

@@ -1,0 +1,1 @@
+"""The metadata table (``.hoodie/metadata``): reading it and writing its commits."""

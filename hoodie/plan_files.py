@@ -1,0 +1,113 @@
+"""Files named by table-service plans, resolved to paths of this table, and their file slices.
+
+Plans name files in three ways: a bare file name inside the operation's partition
+(``HoodieCompactionPlan`` version 2, as Hudi 1.x writes it), a path relative to the base path,
+or a full location (version 1 compaction plans, clustering slices: ``file:/...``,
+``s3a://bucket/...``, ``hdfs://nn/...``). A full location under this table's base path is
+used as it is. One written on another machine (the table was copied or mounted elsewhere)
+is resolved by its partition and file name under this table's base path, and the file must
+be there: a plan never makes hoodied read outside the table. Names that are not Hudi data
+files, or that belong to another file group than the operation's, are errors.
+
+``operation_slice`` turns one plan operation into the ``FileSlice`` the reader merges
+(sizes from storage; a file that is missing fails with a one-line error naming it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from hoodied.hoodie.errors import HoodieFormatError
+from hoodied.hoodie.filenames import BaseFileName, LogFileName
+from hoodied.hoodie.fsview import BaseFile, FileSlice, LogFile
+from hoodied.hoodie.storage import Storage
+
+__all__ = ["check_partition", "operation_slice", "resolve_file"]
+
+_SCHEMES = ("file://", "file:")
+
+
+def check_partition(partition: str, where: str) -> str:
+    """A plan's partition path, checked to be a relative folder of the table ("" = the root)."""
+    p = partition.strip("/")
+    parts = p.split("/") if p else []
+    if partition.startswith("/") or ".." in parts or (parts and parts[0].startswith(".hoodie")) or "\\" in p:
+        raise HoodieFormatError(f"{where}: partition {partition!r} is not a partition of the table")
+    return p
+
+
+def _strip_scheme(path: str) -> str:
+    for scheme in _SCHEMES:
+        if path.startswith(scheme):
+            return path[len(scheme):]
+    return path
+
+
+def resolve_file(storage: Storage, partition: str, planned: str, where: str) -> str:
+    """The path (relative to the base path) of a file a plan names in ``partition``."""
+    if not planned or planned.endswith("/"):
+        raise HoodieFormatError(f"{where}: plan names an empty file path in partition {partition!r}")
+    name = planned.rsplit("/", 1)[-1]
+    rel = f"{partition}/{name}" if partition else name
+    if ".." in planned.split("/"):
+        raise HoodieFormatError(f"{where}: plan names {planned}, which is not a file of the table")
+    if "/" not in planned:
+        return rel
+    path = _strip_scheme(planned)
+    base = _strip_scheme(storage.base_uri).rstrip("/")
+    if path.startswith(base + "/"):
+        inside = path[len(base) + 1:]
+        if inside != rel:
+            raise HoodieFormatError(f"{where}: plan names {planned}, which is not in partition {partition!r}")
+        return rel
+    if "://" not in path and not path.startswith("/") and path != rel:
+        raise HoodieFormatError(f"{where}: plan names {planned}, which is not in partition {partition!r}")
+    # another machine's base path: the same partition and file name under ours
+    suffix = "/" + rel
+    if "://" in path or path.startswith("/"):
+        if not path.endswith(suffix):
+            raise HoodieFormatError(
+                f"{where}: plan names {planned}, outside the table {storage.base_uri} and not "
+                f"ending in .../{rel}"
+            )
+    return rel
+
+
+def _size(storage: Storage, rel: str, planned: str, where: str, kind: str) -> int:
+    if not storage.exists(rel):
+        raise HoodieFormatError(
+            f"{where}: plan names {kind} file {planned}, which is missing ({rel} is not in the table)"
+        )
+    return storage.size(rel)
+
+
+def operation_slice(
+    storage: Storage,
+    partition: str,
+    file_id: str,
+    base_instant: str | None,
+    base_file: str | None,
+    log_files: Sequence[str],
+    where: str,
+) -> FileSlice:
+    """The file slice of one plan operation (base file optional; log files in Hudi's order)."""
+    partition = check_partition(partition, where)
+    if not file_id:
+        raise HoodieFormatError(f"{where}: an operation in partition {partition!r} has no file id")
+    base: BaseFile | None = None
+    if base_file:
+        rel = resolve_file(storage, partition, base_file, where)
+        name = BaseFileName.parse(rel.rsplit("/", 1)[-1])
+        if name is None or name.file_id != file_id:
+            raise HoodieFormatError(f"{where}: {base_file} is not a base file of file group {file_id}")
+        base = BaseFile(rel, name, _size(storage, rel, base_file, where, "base"))
+    logs: list[LogFile] = []
+    for planned in log_files:
+        rel = resolve_file(storage, partition, planned, where)
+        lname = LogFileName.parse(rel.rsplit("/", 1)[-1])
+        if lname is None or lname.file_id != file_id:
+            raise HoodieFormatError(f"{where}: {planned} is not a log file of file group {file_id}")
+        logs.append(LogFile(rel, lname, _size(storage, rel, planned, where, "log")))
+    logs.sort(key=LogFile.sort_key)
+    instant = base_instant or (base.instant_time if base else (logs[0].instant_time if logs else ""))
+    return FileSlice(partition, file_id, instant, base, logs)

@@ -1,0 +1,1 @@
+"""The timeline of a Hudi table: instants, the active and archived timelines, plans, commit metadata."""

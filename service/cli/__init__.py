@@ -1,0 +1,1 @@
+"""The ``hoodied`` command line."""

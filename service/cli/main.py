@@ -1,0 +1,259 @@
+"""The ``hoodied`` command line.
+
+Every command maps the project's typed errors to one line on standard error and an exit
+code scripts can test; ``--debug`` adds the traceback. Results go to standard output
+(``--json`` where a script wants to parse them), logs to standard error.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import traceback
+from typing import Any, NoReturn
+
+import click
+
+from hoodied.hoodie.errors import (
+    HoodieFormatError,
+    HoodieServiceError,
+    StorageError,
+    TableNotFoundError,
+    UnsupportedTableError,
+)
+from hoodied.service.logs import configure_logging
+
+#: Exit codes, documented in ``hoodied --help``.
+EXIT_OK = 0
+EXIT_ERROR = 1
+EXIT_USAGE = 2
+EXIT_NOT_FOUND = 3
+EXIT_CORRUPT = 4
+EXIT_UNSUPPORTED = 5
+EXIT_STORAGE = 6
+
+_EXIT_BY_ERROR: list[tuple[type[HoodieServiceError], int]] = [
+    (TableNotFoundError, EXIT_NOT_FOUND),
+    (HoodieFormatError, EXIT_CORRUPT),
+    (UnsupportedTableError, EXIT_UNSUPPORTED),
+    (StorageError, EXIT_STORAGE),
+]
+
+EPILOG = """\b
+Exit codes:
+  0  success
+  1  any other error
+  2  bad usage (unknown option, missing argument)
+  3  the table (or path) does not exist / is not a Hudi table
+  4  a file of the table is corrupt or does not follow the Hudi format
+  5  the table uses something hoodied does not support (version, format, payload)
+  6  storage failure (permission denied, I/O error)
+"""
+
+
+def _fail(exc: BaseException, debug: bool) -> NoReturn:
+    if debug:
+        traceback.print_exception(exc, file=sys.stderr)
+    code = EXIT_ERROR
+    for kind, kind_code in _EXIT_BY_ERROR:
+        if isinstance(exc, kind):
+            code = kind_code
+            break
+    message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    click.echo(f"hoodied: error: {message}", err=True)
+    sys.exit(code)
+
+
+class _Group(click.Group):
+    """Maps hoodied errors raised by any command to one-line messages and exit codes."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except HoodieServiceError as exc:
+            _fail(exc, bool(ctx.obj and ctx.obj.get("debug")))
+        except OSError as exc:
+            _fail(
+                StorageError(f"{exc.filename or ''}: {exc.strerror or exc}".lstrip(": ")),
+                bool(ctx.obj and ctx.obj.get("debug")),
+            )
+
+
+@click.group(cls=_Group, epilog=EPILOG, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--debug", is_flag=True, help="Print tracebacks and debug logs.")
+@click.option(
+    "--log-format",
+    type=click.Choice(["console", "json"]),
+    default="console",
+    show_default=True,
+    help="How log lines on standard error look.",
+)
+@click.version_option(package_name="hoodied")
+@click.pass_context
+def cli(ctx: click.Context, debug: bool, log_format: str) -> None:
+    """hoodied runs the table services of Apache Hudi tables.
+
+    TABLE arguments are a local path or a file:// URI of a Hudi table (table versions 6, 8, 9).
+    """
+    ctx.ensure_object(dict)
+    ctx.obj["debug"] = debug
+    configure_logging(log_format, "DEBUG" if debug else "INFO")  # type: ignore[arg-type]
+
+
+def _echo_json(value: Any) -> None:
+    click.echo(json.dumps(value, indent=2, sort_keys=False, default=str))
+
+
+def _instant_option(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    from hoodied.hoodie.timeline.instant import is_instant_time
+
+    if value is not None and not is_instant_time(value):
+        raise click.BadParameter(f"{value!r} is not an instant time (17 digits, yyyyMMddHHmmssSSS)")
+    return value
+
+
+def _output_option(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    folder = os.path.dirname(os.path.abspath(value))
+    if not os.path.isdir(folder):
+        raise click.BadParameter(f"folder {folder} does not exist")
+    return value
+
+
+def _open(table: str, *, include_history: bool = False) -> Any:
+    from hoodied.hoodie.table import HoodieTable
+
+    return HoodieTable.open(table, include_history=include_history)
+
+
+@cli.command(short_help="List the instants of a table, with plans of pending services.")
+@click.argument("table")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+@click.option("--history", is_flag=True, help="Also list completed instants from the LSM history.")
+def timeline(table: str, as_json: bool, history: bool) -> None:
+    """List every instant of TABLE: requested and completion time, action, state and,
+    for pending table services, a summary of the plan."""
+    from hoodied.service.cli.report import timeline_rows
+
+    rows = timeline_rows(_open(table, include_history=history))
+    if as_json:
+        _echo_json(rows)
+        return
+    click.echo(f"{'requested':<18} {'completed':<18} {'action':<14} {'state':<10} plan")
+    for r in rows:
+        click.echo(
+            f"{r['requested_time']:<18} {r['completion_time'] or '-':<18} {r['action']:<14} "
+            f"{r['state']:<10} {r.get('plan') or ''}".rstrip()
+        )
+
+
+@cli.command(short_help="Describe a table: config, files, pending services, metadata table.")
+@click.argument("table")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
+def inspect(table: str, as_json: bool) -> None:
+    """Describe TABLE: configuration, partitions, file groups, file slices and log files,
+    pending table services, metadata-table partitions and listing drift (MDT vs storage)."""
+    from hoodied.service.cli.report import inspect_table, render_inspect
+
+    report = inspect_table(_open(table))
+    if as_json:
+        _echo_json(report)
+    else:
+        click.echo(render_inspect(report))
+
+
+@cli.command(short_help="Export a table's snapshot (or an older one) to a parquet file.")
+@click.argument("table")
+@click.option(
+    "--output",
+    "-o",
+    required=True,
+    callback=_output_option,
+    type=click.Path(dir_okay=False),
+    help="Parquet file to write (replaced atomically when the read succeeds).",
+)
+@click.option(
+    "--as-of",
+    "as_of",
+    default=None,
+    callback=_instant_option,
+    help="Time travel: the snapshot as of this instant time (yyyyMMddHHmmssSSS).",
+)
+@click.option("--read-optimized", is_flag=True, help="Base files only (log files ignored).")
+@click.option(
+    "--listing",
+    type=click.Choice(["auto", "storage", "metadata"]),
+    default="auto",
+    show_default=True,
+    help="Where the file listing comes from: the metadata table when the table has one (auto), "
+    "always storage, or always the metadata table.",
+)
+@click.option(
+    "--skip-corrupt-blocks",
+    is_flag=True,
+    help="Skip corrupt log blocks as Apache Hudi's reader does, instead of failing.",
+)
+def read(
+    table: str, output: str, as_of: str | None, read_optimized: bool, listing: str, skip_corrupt_blocks: bool
+) -> None:
+    """Write the snapshot of TABLE (with the Hudi meta columns) to a parquet file."""
+    from hoodied.service.cli.report import write_snapshot
+
+    summary = write_snapshot(
+        _open(table),
+        output,
+        as_of=as_of,
+        read_optimized=read_optimized,
+        listing=listing,  # type: ignore[arg-type]
+        skip_corrupt_blocks=skip_corrupt_blocks,
+        progress=sys.stderr.isatty(),
+    )
+    click.echo(f"wrote {summary['rows']} rows from {summary['file_slices']} file slices to {output}")
+
+
+@cli.command(short_help="Create a small demo Hudi table to try the other commands on.")
+@click.argument("path", type=click.Path(file_okay=False))
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+def demo(path: str, as_json: bool) -> None:
+    """Create a small real Hudi table at PATH (merge-on-read, table version 9, with updates
+    and deletes in log files) to try the other commands on. PATH must not exist yet."""
+    from hoodied.hoodie.demo.demo_table import create_demo_table
+
+    summary = create_demo_table(path)
+    if as_json:
+        _echo_json(summary)
+        return
+    click.echo(
+        f"created {summary['table_type']} table (version {summary['table_version']}) at {summary['path']}: "
+        f"{len(summary['partitions'])} partitions, {len(summary['instants'])} delta commits, "
+        f"{summary['rows']} rows in {summary['base_files']} base files and {summary['log_files']} log files"
+    )
+
+
+def _register_service_commands() -> None:
+    from hoodied.service.cli.daemon import COMMANDS as DAEMON_COMMANDS
+    from hoodied.service.cli.services import COMMANDS
+
+    for command in [*COMMANDS, *DAEMON_COMMANDS]:
+        cli.add_command(command)
+    _register_spark_schedules()
+
+
+def _register_spark_schedules() -> None:
+    """``schedule compaction|log-compaction|clustering`` (their module reaches the executors: kept apart)."""
+    from hoodied.service.cli.schedule import SCHEDULE_COMMANDS
+    from hoodied.service.cli.services import schedule
+
+    for command in SCHEDULE_COMMANDS:
+        schedule.add_command(command)
+
+
+_register_service_commands()
+
+
+def main(argv: list[str] | None = None) -> None:
+    cli.main(args=argv, prog_name="hoodied")
+
+
+if __name__ == "__main__":
+    main()

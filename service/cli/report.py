@@ -1,0 +1,259 @@
+"""What the read-side commands show: timeline rows, the inspect report, snapshot export.
+
+Pure functions over a ``HoodieTable``; the CLI only prints what they return, so the
+same data serves ``--json`` and the human-readable text.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import tempfile
+from collections import Counter
+from typing import Any
+
+import click
+import pyarrow.parquet as pq
+
+from hoodied.hoodie.filenames import writer_instant
+from hoodied.hoodie.metadata.compaction import deltas_since_last_compaction
+from hoodied.hoodie.metadata.reader import ListingDrift, listing_drift
+from hoodied.hoodie.table import HoodieTable, Listing
+from hoodied.hoodie.timeline.active import Timeline
+from hoodied.hoodie.timeline.instant import Action, Instant
+
+
+def _plan_summary(timeline: Timeline, instant: Instant) -> str | None:
+    plan = timeline.plan(instant)
+    return plan.summary() if plan is not None else None
+
+
+def timeline_rows(table: HoodieTable) -> list[dict[str, Any]]:
+    """One row per instant, oldest first; pending table services carry their plan summary."""
+    timeline = table.timeline
+    rows: list[dict[str, Any]] = []
+    for instant in timeline.instants:
+        row: dict[str, Any] = {
+            "requested_time": instant.requested_time,
+            "completion_time": instant.completion_time,
+            "action": instant.action.value,
+            "state": instant.state.value,
+        }
+        if instant.is_pending:
+            row["plan"] = _plan_summary(timeline, instant)
+        rows.append(row)
+    return rows
+
+
+def inspect_table(table: HoodieTable) -> dict[str, Any]:
+    """The facts ``hoodied inspect`` shows, as plain data."""
+    cfg = table.config
+    listing = "metadata" if table.uses_metadata_listing() else "storage"
+    view = table.file_system_view(listing=listing)
+    slices = list(view.latest_slices())
+    groups = list(view.file_groups())
+    partitions = sorted({s.partition for s in slices})
+    pending = []
+    for instant in table.timeline.pending():
+        entry: dict[str, Any] = {
+            "requested_time": instant.requested_time,
+            "action": instant.action.value,
+            "state": instant.state.value,
+        }
+        summary = _plan_summary(table.timeline, instant)
+        if summary:
+            entry["plan"] = summary
+        pending.append(entry)
+    completed = table.timeline.completed()
+    report: dict[str, Any] = {
+        "table": {
+            "base_path": table.storage.base_uri,
+            "name": cfg.name,
+            "database": cfg.database,
+            "type": cfg.table_type.value,
+            "version": cfg.version,
+            "timeline_layout": cfg.timeline_layout,
+            "timezone": cfg.timezone,
+            "record_key_fields": list(cfg.record_key_fields),
+            "partition_fields": list(cfg.partition_fields),
+            "ordering_fields": list(cfg.ordering_fields),
+            "merge_mode": cfg.merge_mode.value,
+            "payload_class": cfg.payload_class,
+            "base_file_format": cfg.base_file_format,
+            "populate_meta_fields": cfg.populate_meta_fields,
+        },
+        "timeline": {
+            "instants": len(table.timeline.instants),
+            "completed": len(completed),
+            "pending": len(pending),
+            "latest_completed": completed[-1].requested_time if completed else None,
+            "actions": dict(Counter(i.action.value for i in completed)),
+        },
+        "files": {
+            "listing": listing,
+            "partitions": len(partitions),
+            "file_groups": len(groups),
+            "file_slices": sum(len(g.slices) for g in groups),
+            "latest_file_slices": len(slices),
+            "base_files": sum(1 for s in slices if s.base_file is not None),
+            "log_files": sum(len(s.log_files) for s in slices),
+            "partition_paths": partitions[:50],
+        },
+        "pending_table_services": pending,
+        "metadata_table": _metadata_report(table),
+    }
+    return report
+
+
+def _metadata_report(table: HoodieTable) -> dict[str, Any]:
+    cfg = table.config
+    if not cfg.metadata_partitions:
+        return {"enabled": False}
+    out: dict[str, Any] = {
+        "enabled": cfg.metadata_table_available,
+        "partitions": list(cfg.metadata_partitions),
+        "partitions_inflight": list(cfg.metadata_partitions_inflight),
+    }
+    if cfg.metadata_table_available:
+        mdt = table.metadata
+        if mdt is not None:
+            out["timeline"] = _mdt_timeline_health(mdt.timeline)
+        drift = committed_listing_drift(table)
+        out["drift"] = {
+            "total": drift.count,
+            "summary": drift.summary() if drift else "none",
+            "partitions": [
+                {
+                    "partition": p.partition,
+                    "missing_in_metadata": list(p.missing_in_mdt),
+                    "missing_in_storage": list(p.missing_in_storage),
+                    "size_mismatch": [list(m) for m in p.size_mismatch],
+                }
+                for p in drift.partitions
+            ],
+        }
+    return out
+
+
+def _mdt_timeline_health(timeline: Timeline) -> dict[str, Any]:
+    """The metadata table's own upkeep: its last compaction and what has piled up since."""
+    # counted as the MDT compaction trigger counts them (by requested time, pending ones too)
+    since, last = deltas_since_last_compaction(timeline)
+    cleans = timeline.completed((Action.CLEAN,))
+    return {
+        "last_compaction": last,
+        "delta_commits_since_compaction": since,
+        "last_clean": cleans[-1].requested_time if cleans else None,
+        "pending": [f"{i.requested_time} {i.action.value} {i.state.value}" for i in timeline.pending()],
+    }
+
+
+def committed_listing_drift(table: HoodieTable) -> ListingDrift:
+    """MDT ``files`` listing vs the committed files found on storage.
+
+    Storage also holds files of writes that never completed (or are still running); the
+    metadata table only ever records committed ones, so those are left out of the storage
+    side before comparing.
+    """
+    commits = table.commit_state()
+    storage_side: dict[str, list[tuple[str, int]]] = {}
+    for partition, files in table.list_files("storage").items():
+        kept = []
+        for name, size in files:
+            writer = writer_instant(name, table.config.version)
+            if writer is None or commits.is_committed(writer):
+                kept.append((name, size))
+        if kept:
+            storage_side[partition] = kept
+    return listing_drift(storage_side, table.list_files("metadata"))
+
+
+def render_inspect(report: dict[str, Any]) -> str:
+    t, tl, f, mdt = report["table"], report["timeline"], report["files"], report["metadata_table"]
+    lines = [
+        f"table          {t['name']} ({t['type']}, version {t['version']}, "
+        f"timeline layout {t['timeline_layout']})",
+        f"base path      {t['base_path']}",
+        f"record key     {', '.join(t['record_key_fields']) or '-'}",
+        f"partitioned by {', '.join(t['partition_fields']) or '(not partitioned)'}",
+        f"ordering       {', '.join(t['ordering_fields']) or '-'} ({t['merge_mode']})",
+        f"timezone       {t['timezone']}",
+        f"timeline       {tl['instants']} instants, {tl['completed']} completed, {tl['pending']} pending; "
+        f"latest completed {tl['latest_completed'] or '-'}",
+        f"files          {f['partitions']} partitions, {f['file_groups']} file groups, "
+        f"{f['file_slices']} file slices ({f['latest_file_slices']} latest), "
+        f"{f['base_files']} base files and {f['log_files']} log files in latest slices "
+        f"(listed from {f['listing']})",
+    ]
+    if report["pending_table_services"]:
+        lines.append("pending")
+        for p in report["pending_table_services"]:
+            plan = f": {p['plan']}" if p.get("plan") else ""
+            lines.append(f"  {p['requested_time']} {p['action']} {p['state']}{plan}")
+    else:
+        lines.append("pending        none")
+    if not mdt["enabled"] and not mdt.get("partitions"):
+        lines.append("metadata table none")
+    else:
+        inflight = mdt.get("partitions_inflight")
+        suffix = f" (inflight: {', '.join(inflight)})" if inflight else ""
+        lines.append(f"metadata table {', '.join(mdt['partitions'])}{suffix}")
+        if "timeline" in mdt:
+            h = mdt["timeline"]
+            pending = f"; pending: {', '.join(h['pending'])}" if h["pending"] else ""
+            lines.append(
+                f"metadata upkeep last compaction {h['last_compaction'] or '-'}, "
+                f"{h['delta_commits_since_compaction']} delta commits since, "
+                f"last clean {h['last_clean'] or '-'}{pending}"
+            )
+        if "drift" in mdt:
+            d = mdt["drift"]
+            lines.append(f"listing drift  {d['summary']}")
+    return "\n".join(lines)
+
+
+def write_snapshot(
+    table: HoodieTable,
+    output: str,
+    *,
+    as_of: str | None,
+    read_optimized: bool,
+    listing: Listing,
+    skip_corrupt_blocks: bool,
+    progress: bool,
+) -> dict[str, Any]:
+    """Write the snapshot to ``output`` atomically: a temp file beside it, renamed when complete.
+
+    A failure part-way (a corrupt block in the last slice) leaves no output file behind.
+    """
+    view = table.file_system_view(as_of, listing)
+    slices = list(view.read_slices())
+    schema = table.schema()
+    folder = os.path.dirname(os.path.abspath(output))
+    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(output)}.", suffix=".tmp", dir=folder)
+    os.close(fd)
+    rows = 0
+    try:
+        with pq.ParquetWriter(tmp, schema) as writer, _progress(slices, progress) as bar:
+            for file_slice in bar:
+                for batch in table.read_slices(
+                    [file_slice], as_of, read_optimized, skip_corrupt=skip_corrupt_blocks
+                ):
+                    writer.write_batch(batch)
+                    rows += batch.num_rows
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes it owner-only; an export is an ordinary file
+        os.replace(tmp, output)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    return {"rows": rows, "file_slices": len(slices)}
+
+
+def _progress(items: list[Any], enabled: bool) -> Any:
+    if enabled:
+        return click.progressbar(items, label="reading file slices", file=sys.stderr, show_pos=True)
+    return contextlib.nullcontext(items)

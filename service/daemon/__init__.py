@@ -1,0 +1,1 @@
+"""The daemon: the loop, its jobs, and what it serves over HTTP."""

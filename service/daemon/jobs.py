@@ -1,0 +1,300 @@
+"""One job of the daemon, run in a worker thread: execute a pending instant or plan a service.
+
+``execute(job, ...)``: take the table's job slot (Redis only; ``service.daemon.leases``) and the
+instant's lease (one non-blocking try each: busy means another replica has the table or the
+instant), roll back a failed attempt first when the executor cannot resume
+one, run the executor, release the lease. ``plan(job, ...)``: run the service's planner.
+Both return a ``JobOutcome``; they never raise for errors of the table or the work, so the
+loop decides retries and quarantine from one place (``outcome`` and ``retryable``).
+
+How errors are read (``classify``):
+
+- ``InstantStateError`` naming a live heartbeat: ``skipped``, another executor is at work;
+  ``InstantNotReadyError`` (an indexing waiting for pending data writes): ``skipped`` too, tried
+  again at the next poll;
+- ``HoodieFormatError`` / ``TableNotFoundError``: ``corrupt``; executors and planners check
+  before they change anything, so the table is quarantined untouched;
+- ``UnsupportedTableError``: ``unsupported``; the instant (or service) is left alone;
+- ``LockError`` (the table lock or a lease could not be had or kept: the lock service is
+  down, or another writer held the table lock past every retry): ``lock_unavailable``;
+  retried with backoff for as long as it lasts and never a reason to quarantine the table,
+  whose files the lock protocol kept untouched;
+- any other error (lost or busy lock, storage hiccup, clock skew, a bug): ``failed`` and
+  retryable, with backoff, until the attempts run out;
+- anything raised after the daemon asked the job to stop: ``handed_back``.
+
+Before running an executor the timeline is listed again under the lease: an instant that
+another executor completed since the poll is ``already_done`` and not touched.
+
+The table lock handed to executors is wrapped so every acquisition's wait is measured.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from types import TracebackType
+
+from hoodied.hoodie.errors import (
+    HoodieFormatError,
+    InstantNotReadyError,
+    InstantStateError,
+    LockError,
+    LockUnavailableError,
+    TableNotFoundError,
+    UnsupportedTableError,
+)
+from hoodied.hoodie.heartbeat import delete_heartbeat
+from hoodied.hoodie.locks import TableLock, TableLockBase
+from hoodied.hoodie.properties import TableConfig
+from hoodied.hoodie.storage import Storage
+from hoodied.hoodie.timeline.active import Timeline
+from hoodied.hoodie.timeline.instant import Instant, State
+from hoodied.hoodie.timeline.truetime import TimeSettings
+from hoodied.service.config import DaemonConfig, Policy
+from hoodied.service.daemon.leases import make_lease, make_table_slot
+from hoodied.service.daemon.registry import ExecutorSpec, JobContext, PlanContext, PlannerSpec
+from hoodied.service.locks import LocalFileLock, RedisLockFactory
+
+log = logging.getLogger("hoodied.job")
+
+__all__ = ["Job", "JobOutcome", "TimedLock", "classify", "execute", "plan"]
+
+
+@dataclass(slots=True)
+class JobOutcome:
+    outcome: str
+    message: str
+    retryable: bool = False
+    seconds: float = 0.0
+
+
+@dataclass(slots=True)
+class Job:
+    """One unit of work for one table: ``instant`` set for executions, ``service`` for both."""
+
+    table_uri: str
+    storage: Storage
+    config: TableConfig
+    service: str
+    action: str
+    policy: Policy
+    instant: Instant | None = None
+    timeline: Timeline | None = None
+    started: float = field(default_factory=time.time)
+    lease: TableLockBase | None = None
+    slot: TableLockBase | None = None
+    cancel: threading.Event = field(default_factory=threading.Event)
+    abandoned: bool = False
+
+    @property
+    def key(self) -> str:
+        return self.instant.requested_time if self.instant is not None else f"plan:{self.service}"
+
+    def release_after_abandon(self) -> None:
+        """The process is about to exit with this job's thread still running: free the instant now.
+
+        The lease is released and the heartbeat deleted, so another executor may take the
+        instant over at once instead of waiting for both to expire.
+        """
+        if self.lease is not None:
+            self.lease.release()
+        if self.slot is not None:
+            self.slot.release()
+        if self.instant is not None:
+            try:
+                delete_heartbeat(self.storage, self.instant.requested_time)
+            except Exception as exc:  # it expires by itself
+                log.warning("%s: heartbeat not deleted: %s", self.instant.requested_time, exc)
+
+
+class TimedLock:
+    """A ``TableLock`` that reports how long each ``acquire`` waited."""
+
+    def __init__(self, inner: TableLock, on_wait: Callable[[float], None]) -> None:
+        self._inner = inner
+        self._on_wait = on_wait
+
+    @property
+    def key(self) -> str:
+        return self._inner.key
+
+    @property
+    def is_held(self) -> bool:
+        return self._inner.is_held
+
+    @property
+    def fencing_token(self) -> int | None:
+        return self._inner.fencing_token
+
+    def acquire(self) -> int:
+        started = time.monotonic()
+        try:
+            return self._inner.acquire()
+        finally:
+            self._on_wait(time.monotonic() - started)
+
+    def release(self) -> None:
+        self._inner.release()
+
+    def ensure_held(self) -> None:
+        self._inner.ensure_held()
+
+    def __enter__(self) -> TimedLock:
+        self.acquire()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.release()
+
+
+def table_lock(factory: RedisLockFactory | None, settings: DaemonConfig, storage: Storage) -> TableLockBase:
+    lock_settings = settings.lock.table_lock_settings()
+    if factory is not None:
+        return factory.lock(storage.base_uri, lock_settings)
+    return LocalFileLock(storage, lock_settings)
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).splitlines()[0] if str(exc) else ""
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def classify(exc: BaseException, cancel: threading.Event) -> JobOutcome:
+    """An error of a job -> its outcome (see the module docstring)."""
+    if cancel.is_set():
+        return JobOutcome("handed_back", f"stopped by shutdown: {_one_line(exc)}")
+    if isinstance(exc, InstantNotReadyError) or (
+            isinstance(exc, InstantStateError) and "live heartbeat" in str(exc)):
+        return JobOutcome("skipped", str(exc))
+    if isinstance(exc, HoodieFormatError | TableNotFoundError):
+        return JobOutcome("corrupt", str(exc))
+    if isinstance(exc, UnsupportedTableError):
+        return JobOutcome("unsupported", str(exc))
+    if isinstance(exc, LockError):
+        return JobOutcome("lock_unavailable", _one_line(exc), retryable=True)
+    return JobOutcome("failed", _one_line(exc), retryable=True)
+
+
+def _lock_service_down(exc: LockUnavailableError) -> bool:
+    # TableLockBase.acquire names the last attempt's problem; a busy lease says "held by ..."
+    return "lock service unreachable" in str(exc)
+
+
+def execute(
+    job: Job,
+    spec: ExecutorSpec,
+    settings: DaemonConfig,
+    factory: RedisLockFactory | None,
+    on_lock_wait: Callable[[float], None],
+) -> JobOutcome:
+    """Run the pending instant ``job.instant`` with ``spec`` (see the module docstring)."""
+    assert job.instant is not None
+    started = time.monotonic()
+    t = job.instant.requested_time
+    slot = make_table_slot(factory, job.storage, settings.lock.lease_settings())
+    if slot is not None:
+        refused = _take(slot, t, "another replica runs a job on this table", started)
+        if refused is not None:
+            return refused
+        job.slot = slot
+    try:
+        return _execute_leased(job, spec, settings, factory, on_lock_wait, started)
+    finally:
+        if slot is not None and not job.abandoned:
+            slot.release()
+
+
+def _take(lock: TableLockBase, t: str, busy: str, started: float) -> JobOutcome | None:
+    """One try at a slot or lease: ``None`` when taken, else the outcome that says why not."""
+    try:
+        lock.acquire()
+    except LockUnavailableError as exc:
+        if _lock_service_down(exc):
+            return JobOutcome("lock_unavailable", f"{t}: not started: {_one_line(exc)}", retryable=True,
+                              seconds=time.monotonic() - started)
+        return JobOutcome("claimed", f"{t}: {busy} ({exc})", seconds=time.monotonic() - started)
+    return None
+
+
+def _execute_leased(
+    job: Job,
+    spec: ExecutorSpec,
+    settings: DaemonConfig,
+    factory: RedisLockFactory | None,
+    on_lock_wait: Callable[[float], None],
+    started: float,
+) -> JobOutcome:
+    from hoodied.service.cli.services import rollback_failed_attempt  # a command module: imported when needed
+
+    assert job.instant is not None
+    t = job.instant.requested_time
+    lease = make_lease(factory, job.storage, t, settings.lock.lease_settings())
+    refused = _take(lease, t, "another replica holds the instant", started)
+    if refused is not None:
+        return refused
+    job.lease = lease
+    time_settings = TimeSettings(max_expected_clock_skew_ms=settings.clock_skew_ms)
+    try:
+        # the poll may be stale: another replica may have finished the instant and freed its lease
+        instant = Timeline.load(job.storage, job.config).get(t)
+        if instant is None or instant.is_completed:
+            gone = "completed" if instant is not None else "gone from the timeline"
+            return JobOutcome("already_done", f"{t}: {gone} since the poll (another executor)",
+                              seconds=time.monotonic() - started)
+        lock = TimedLock(table_lock(factory, settings, job.storage), on_lock_wait)
+        if instant.state is State.INFLIGHT and not spec.resumes_inflight:
+            hb = settings.heartbeat
+            log.info("%s %s: rolling back the failed attempt before running it again", spec.action.value, t)
+            rollback_failed_attempt(
+                job.storage, t, lock, heartbeat_interval_ms=hb.interval_ms,
+                tolerable_misses=hb.tolerable_misses, time_settings=time_settings,
+            )
+            instant = instant.with_state(State.REQUESTED)
+        ctx = JobContext(
+            job.storage, job.config, instant, lock, job.policy, settings, time_settings, job.cancel
+        )
+        message = spec.run(ctx)
+        outcome = JobOutcome("success", message)
+    except Exception as exc:
+        outcome = classify(exc, job.cancel)
+        if outcome.outcome == "failed":
+            log.warning("%s %s failed", spec.action.value, t, exc_info=True)
+    finally:
+        if not job.abandoned:
+            lease.release()
+    outcome.seconds = time.monotonic() - started
+    return outcome
+
+
+def plan(
+    job: Job,
+    spec: PlannerSpec,
+    settings: DaemonConfig,
+    factory: RedisLockFactory | None,
+    on_lock_wait: Callable[[float], None],
+) -> JobOutcome:
+    """Run the planner of ``job.service``: ``planned`` with the new instant, or ``nothing_due``."""
+    assert job.timeline is not None
+    started = time.monotonic()
+    time_settings = TimeSettings(max_expected_clock_skew_ms=settings.clock_skew_ms)
+    lock = TimedLock(table_lock(factory, settings, job.storage), on_lock_wait)
+    ctx = PlanContext(job.storage, job.config, job.timeline, lock, job.policy, settings, time_settings)
+    try:
+        result = spec.plan(ctx)
+        if result.instant is not None:
+            outcome = JobOutcome("planned", f"{result.instant.requested_time} {job.action} requested: "
+                                            f"{result.summary}")
+        else:
+            outcome = JobOutcome("nothing_due", result.summary)
+    except Exception as exc:
+        outcome = classify(exc, job.cancel)
+        if outcome.outcome == "failed":
+            log.warning("planning %s failed", job.service, exc_info=True)
+    outcome.seconds = time.monotonic() - started
+    return outcome

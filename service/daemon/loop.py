@@ -1,0 +1,432 @@
+"""The daemon: one anyio task group that watches tables, plans and executes their services.
+
+This module runs the loop; ``service.daemon.table_state`` keeps each table's books and decides
+what is ready and what an outcome means, ``service.daemon.status`` renders ``/status`` and the
+metrics snapshot, ``service.daemon.jobs`` runs one job in a worker thread.
+
+Root tasks: the work loop (discover, poll, dispatch), the HTTP endpoint
+(``service.daemon.http``, on this event loop) and, from the command line, the signal watcher.
+Jobs run in a nested task group; every blocking call (listing, planning, executing) goes
+through ``anyio.to_thread.run_sync`` with a capacity limiter, so the event loop only does
+bookkeeping and keeps answering probes.
+
+One cycle: re-discover tables when due, poll every table that is not quarantined (one
+timeline listing each, ``service.daemon.poll``), then dispatch. A job that ends wakes the loop,
+which re-polls that table at once and dispatches again, so follow-on work (the clean a plan
+just requested) starts without waiting for the next cycle.
+
+Dispatch rules:
+
+- one job per table at a time, across every replica (with Redis, a job first takes its
+  table's slot, ``service.daemon.leases``): Hudi's ordering between services on one table is kept
+  without a dependency graph, and a table with a large backlog cannot take every worker;
+- per table, the oldest pending instant that is ready goes first (pending work before new
+  plans); across tables, higher ``priority`` first, then the oldest instant;
+- at most ``concurrency.workers`` jobs, and ``concurrency.per_service`` per service;
+- the first cycle after start, which parses every timeline, dispatches after each batch of
+  tables (``POLL_BATCH``), so work starts before the last table is read; from then on the
+  order above holds across all tables;
+- an instant without an executor, or one its executor does not support, waits untouched;
+  an inflight instant whose heartbeat is alive belongs to another executor.
+
+Failures: a failed job is retried after ``retry.backoff(n)``; after ``retry.max_attempts``
+the table is quarantined with the last error as the reason. A job that could not have or keep
+the table lock or its lease (``lock_unavailable``: the lock service is down) is retried at
+least once per poll interval for as long as that lasts and never quarantines a table. A
+table whose config or timeline cannot be read (corrupt, unsupported, not found) is
+quarantined at once, and a plan or executor that reports a corrupt file quarantines it too;
+a quarantined table is not read or written again until the daemon restarts. Every other
+table keeps being served.
+
+Stopping (``request_stop``, SIGTERM/SIGINT): readiness turns 503, nothing new starts,
+running jobs get ``cancel`` set and ``grace_period_seconds`` minus one second to finish;
+jobs still running then are abandoned: their leases are released and heartbeats deleted
+so another replica can take the instants over, and ``run`` returns (the CLI then exits
+without waiting for those threads). ``once`` mode runs one pass, waits for its jobs and
+the work they lead to (a plan, then its execution), and returns.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import socket
+import time
+from collections import Counter, deque
+from typing import Any
+
+import anyio
+import structlog
+
+from hoodied.hoodie.errors import HoodieFormatError, TableNotFoundError, UnsupportedTableError
+from hoodied.hoodie.storage import Storage, storage_for
+from hoodied.service.config import SERVICE_ACTIONS, DaemonConfig, DiscoverRoot
+from hoodied.service.daemon import jobs as joblib
+from hoodied.service.daemon.jobs import Job, JobOutcome
+from hoodied.service.daemon.metrics import Metrics, StateSnapshot
+from hoodied.service.daemon.poll import PollResult, discover_tables, poll_table
+from hoodied.service.daemon.registry import Registry, default_registry
+from hoodied.service.daemon.status import state_snapshot, status_document
+from hoodied.service.daemon.table_state import Candidate, TableState, next_for_table, record_outcome
+from hoodied.service.locks import RedisLockFactory
+from hoodied.service.spark_jobs import spark_engine
+
+__all__ = ["Daemon", "TableState"]
+
+log = structlog.get_logger("hoodied.loop")
+
+#: Most tables one poll thread takes in one hand-off.
+POLL_BATCH = 64
+
+
+class Daemon:
+    """Run with ``await Daemon(settings).run()``; see the module docstring."""
+
+    def __init__(
+        self, settings: DaemonConfig, *, once: bool = False, registry: Registry | None = None
+    ) -> None:
+        self.settings = settings
+        self.once = once
+        self.registry = registry or default_registry()
+        self.tables: dict[str, TableState] = {
+            t.path: TableState(t.path, t.policy, "config") for t in settings.tables
+        }
+        self.running: dict[str, Job] = {}
+        self.abandoned: list[Job] = []
+        self.draining = False
+        self.stop_reason: str | None = None
+        self.started_at = time.time()
+        self.last_cycle_end: float | None = None
+        self.last_cycle_seconds: float | None = None
+        self.recent_errors: deque[dict[str, Any]] = deque(maxlen=20)
+        self.problems_in_pass = 0
+        self.http_port: int | None = None
+        self.replica = f"{socket.gethostname()}:{os.getpid()}"
+        self.metrics = Metrics(self.snapshot)
+        self.factory: RedisLockFactory | None = None
+        self._touched: set[str] = set()
+        self._stop_at = math.inf
+        self._wake: anyio.Event | None = None
+        self._jobs_tg: anyio.abc.TaskGroup | None = None
+        self._job_limiter: anyio.CapacityLimiter | None = None
+        self._poll_limiter: anyio.CapacityLimiter | None = None
+
+    # ------------------------------------------------------------------ running
+
+    async def run(self, *, handle_signals: bool = False) -> int:
+        """Serve until stopped (or one pass with ``once``); the process exit code."""
+        from hoodied.service.daemon.http import listen, serve_http
+
+        s = self.settings
+        self._wake = anyio.Event()
+        self._make_limiters()
+        address = s.http.host_port
+        listener = None
+        if address is not None:
+            listener, self.http_port = await listen(*address)  # fails here, plainly, when the port is taken
+        if s.lock.is_redis:
+            self.factory = RedisLockFactory(s.lock.url, s.lock.table_lock_settings())
+        log.info("daemon starting", tables=len(self.tables), roots=len(s.discover), lock=self.lock_where(),
+                 workers=s.concurrency.workers, once=self.once, replica=self.replica)
+        try:
+            async with anyio.create_task_group() as root:
+                if listener is not None and address is not None:
+                    root.start_soon(serve_http, listener, self)
+                    log.info("http listening", address=f"{address[0]}:{self.http_port}")
+                if handle_signals:
+                    root.start_soon(self._watch_signals)
+                async with anyio.create_task_group() as jobs:
+                    self._jobs_tg = jobs
+                    await self._work()
+                    await self._drain(jobs)
+                root.cancel_scope.cancel()
+        finally:
+            if listener is not None:
+                with anyio.CancelScope(shield=True):
+                    await listener.aclose()
+            for job in self.abandoned:
+                job.release_after_abandon()
+            engine = spark_engine()
+            if engine.started:  # jobs are over or abandoned: their instants stay recoverable
+                with anyio.CancelScope(shield=True):
+                    await anyio.to_thread.run_sync(engine.close)
+            if self.factory is not None:
+                self.factory.close()
+        why = self.stop_reason or ("one pass done" if self.once else "stopped")
+        quarantined = sum(1 for t in self.tables.values() if t.quarantine)
+        log.info("daemon stopped", reason=why, abandoned_jobs=len(self.abandoned), quarantined=quarantined)
+        if self.once and (self.problems_in_pass or quarantined):
+            return 1
+        return 0
+
+    def _make_limiters(self) -> None:
+        # created on the event loop: anyio limiters belong to the loop that made them
+        self._job_limiter = anyio.CapacityLimiter(self.settings.concurrency.workers)
+        self._poll_limiter = anyio.CapacityLimiter(self.settings.concurrency.poll_threads)
+
+    def request_stop(self, reason: str) -> None:
+        """Stop taking work; running jobs get the grace period (a second request ends it at once)."""
+        now = time.monotonic()
+        if self.draining:
+            self._stop_at = -math.inf
+            log.warning("second stop request: not waiting for running jobs", reason=reason)
+        else:
+            self.draining = True
+            self.stop_reason = reason
+            self._stop_at = now
+            log.info("stopping: no new work", reason=reason, running=len(self.running),
+                     grace_seconds=self.settings.grace_period_seconds)
+        for job in self.running.values():
+            job.cancel.set()
+        self._poke()
+
+    async def _watch_signals(self) -> None:
+        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            async for signum in signals:
+                self.request_stop(f"received {signal.Signals(signum).name}")
+
+    def _poke(self) -> None:
+        if self._wake is not None:
+            self._wake.set()
+
+    async def _sleep(self, seconds: float | None) -> None:
+        """Sleep until woken (a job ended, a stop request) or ``seconds`` passed."""
+        assert self._wake is not None
+        if seconds is None:
+            await self._wake.wait()
+        else:
+            with anyio.move_on_after(max(seconds, 0)):
+                await self._wake.wait()
+        self._wake = anyio.Event()
+
+    async def _work(self) -> None:
+        s = self.settings
+        next_discover = 0.0
+        while not self.draining:
+            started = time.monotonic()
+            if s.discover and started >= next_discover:
+                await self._discover()
+                next_discover = time.monotonic() + s.discover_interval_seconds
+            await self.poll_cycle(started)
+            if self.once:
+                while not self.draining:
+                    await self._repoll_touched()
+                    if not self.running and not self._touched:
+                        return
+                    await self._sleep(None)
+                return
+            deadline = started + s.poll_interval_seconds
+            while not self.draining and time.monotonic() < deadline:
+                await self._sleep(deadline - time.monotonic())
+                await self._repoll_touched()
+
+    async def poll_cycle(self, started: float | None = None) -> float:
+        """One poll of every table that is not quarantined, then dispatch; the cycle's seconds."""
+        started = time.monotonic() if started is None else started
+        if self._poll_limiter is None:
+            self._make_limiters()
+        await self._poll([t for t in self.tables.values() if not t.quarantine])
+        self.last_cycle_seconds = time.monotonic() - started
+        self.last_cycle_end = time.time()
+        self.metrics.poll_cycle.observe(self.last_cycle_seconds)
+        self._dispatch()
+        return self.last_cycle_seconds
+
+    async def _repoll_touched(self) -> None:
+        touched = [self.tables[u] for u in self._touched if u in self.tables]
+        self._touched.clear()
+        await self._poll([t for t in touched if not t.quarantine])
+        self._dispatch()
+
+    async def _drain(self, jobs: anyio.abc.TaskGroup) -> None:
+        budget = max(self.settings.grace_period_seconds - 1.0, 0.0)
+        while self.running:
+            left = self._stop_at + budget - time.monotonic()
+            if left <= 0:
+                break
+            await self._sleep(left)
+        if self.running:
+            log.warning("grace period over: abandoning running jobs", jobs=len(self.running))
+            for job in self.running.values():
+                job.abandoned = True
+                self.abandoned.append(job)
+            jobs.cancel_scope.cancel()
+
+    # ------------------------------------------------------------------ discovery and polling
+
+    async def _discover(self) -> None:
+        found: dict[str, DiscoverRoot] = {}
+        for root in self.settings.discover:
+            paths = await anyio.to_thread.run_sync(discover_tables, root.root, root.max_depth)
+            if not paths:
+                log.warning("discover root holds no tables", root=root.root)
+            for p in paths:
+                found.setdefault(p, root)
+        for path, root in found.items():
+            if path not in self.tables:
+                self.tables[path] = TableState(path, self.settings.policy_for(path, root), root.root)
+                log.info("table discovered", table=path, root=root.root)
+        for uri, ts in list(self.tables.items()):
+            if ts.source != "config" and uri not in found and uri not in self.running:
+                del self.tables[uri]
+                log.info("table gone from its discover root", table=uri, root=ts.source)
+
+    async def _poll(self, tables: list[TableState]) -> None:
+        # tables go to the poll threads in batches: an unchanged table costs one stat, far less
+        # than a thread hand-off (bench/poll.py)
+        size = max(1, min(POLL_BATCH, math.ceil(len(tables) / self.settings.concurrency.poll_threads)))
+        async with anyio.create_task_group() as tg:
+            for i in range(0, len(tables), size):
+                tg.start_soon(self._poll_batch, tables[i:i + size])
+
+    def _open_and_poll(self, ts: TableState, storage: Storage | None) -> tuple[Storage, PollResult]:
+        storage = storage or storage_for(ts.uri)
+        return storage, poll_table(storage, ts.poll, ts.policy, self.registry, self.settings.heartbeat)
+
+    def _poll_many(self, batch: list[TableState]) -> list[tuple[Storage, PollResult] | Exception]:
+        out: list[tuple[Storage, PollResult] | Exception] = []
+        for ts in batch:
+            try:
+                out.append(self._open_and_poll(ts, ts.storage))
+            except Exception as exc:  # one table's trouble stays with that table
+                out.append(exc)
+        return out
+
+    async def _poll_batch(self, batch: list[TableState]) -> None:
+        results = await anyio.to_thread.run_sync(self._poll_many, batch, limiter=self._poll_limiter)
+        for ts, got in zip(batch, results, strict=True):
+            if isinstance(got, Exception):
+                self._poll_failed(ts, got)
+                continue
+            ts.storage, result = got
+            ts.poll, ts.poll_failures = result, 0
+            live = {i.instant.requested_time for i in result.pending}
+            for book in (ts.failures, ts.holds, ts.waiting):
+                for key in [k for k in book if not k.startswith("plan:") and k not in live]:
+                    del book[key]
+        if self.last_cycle_end is None:
+            # the first cycle parses every timeline (minutes for 10,000 tables): work starts
+            # with the tables polled so far instead of waiting for the last one
+            self._dispatch()
+
+    def _poll_failed(self, ts: TableState, exc: Exception) -> None:
+        message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        if isinstance(exc, TableNotFoundError) and ts.source != "config":
+            self.tables.pop(ts.uri, None)
+            log.info("table gone", table=ts.uri, error=message)
+            return
+        if isinstance(exc, HoodieFormatError | UnsupportedTableError | TableNotFoundError):
+            self._quarantine(ts, f"cannot read the table: {message}")
+            return
+        ts.poll, ts.poll_failures = None, ts.poll_failures + 1
+        self._error(ts.uri, f"poll failed: {message}")
+        if ts.poll_failures >= self.settings.retry.max_attempts:
+            last = f"{type(exc).__name__}: {message}"
+            self._quarantine(ts, f"{ts.poll_failures} polls failed in a row; last: {last}")
+        else:
+            log.warning("poll failed", table=ts.uri, error=message, failures=ts.poll_failures,
+                        exc_info=not isinstance(exc, OSError | HoodieFormatError))
+
+    def _quarantine(self, ts: TableState, reason: str) -> None:
+        if ts.quarantine is not None:
+            return
+        ts.quarantine, ts.quarantined_at = reason, time.time()
+        self.problems_in_pass += 1
+        self._error(ts.uri, f"quarantined: {reason}")
+        log.error("table quarantined: it is left untouched until the daemon restarts", table=ts.uri,
+                  reason=reason)
+
+    def _error(self, table: str, message: str) -> None:
+        self.recent_errors.appendleft({"at": time.time(), "table": table, "error": message})
+
+    # ------------------------------------------------------------------ dispatch
+
+    def _dispatch(self) -> None:
+        if self.draining or self._jobs_tg is None:
+            return
+        now = time.monotonic()
+        candidates = []
+        for ts in self.tables.values():
+            if ts.quarantine or ts.poll is None or ts.policy.paused or ts.uri in self.running:
+                continue
+            c = next_for_table(ts, self.registry, now)
+            if c is not None:
+                candidates.append(c)
+        candidates.sort(key=lambda c: c.sort_key)
+        busy = Counter(j.service for j in self.running.values())
+        limits = self.settings.concurrency.per_service
+        for c in candidates:
+            if len(self.running) >= self.settings.concurrency.workers:
+                break
+            limit = limits.get(c.service)  # type: ignore[call-overload]
+            if limit is not None and busy[c.service] >= limit:
+                continue
+            busy[c.service] += 1
+            self._start(c)
+
+    def _start(self, c: Candidate) -> None:
+        ts = c.table
+        assert ts.poll is not None and ts.storage is not None and self._jobs_tg is not None
+        instant = c.item.instant if c.item is not None else None
+        # the service's action names the job in logs and metrics (a v6 clustering replacecommit: clustering)
+        action = SERVICE_ACTIONS[c.service].value
+        job = Job(ts.uri, ts.storage, ts.poll.config, c.service, action, ts.policy, instant, ts.poll.timeline)
+        self.running[ts.uri] = job
+        self._jobs_tg.start_soon(self._run_job, ts, job, c.kind)
+
+    async def _run_job(self, ts: TableState, job: Job, kind: str) -> None:
+        instant = job.instant.requested_time if job.instant is not None else None
+        with structlog.contextvars.bound_contextvars(table=ts.uri, action=job.action, instant=instant):
+            log.info("job started", kind=kind, state=job.instant.state.value if job.instant else None)
+            if kind == "execute":
+                spec: Any = self.registry.executor_for(SERVICE_ACTIONS[job.service])
+                fn: Any = joblib.execute
+            else:
+                spec, fn = self.registry.planners[job.service], joblib.plan
+            lock_wait = self.metrics.lock_wait.labels(job.action)
+            try:
+                outcome = await anyio.to_thread.run_sync(
+                    fn, job, spec, self.settings, self.factory, lock_wait.observe,
+                    limiter=self._job_limiter, abandon_on_cancel=True,
+                )
+            except anyio.get_cancelled_exc_class():
+                log.warning("job abandoned: the daemon stops while it runs")
+                raise
+            except Exception as exc:  # the runners catch the work's errors; this is a bug of ours
+                log.exception("job runner failed")
+                outcome = JobOutcome("failed", f"{type(exc).__name__}: {exc}", retryable=True)
+            self._finish(ts, job, kind, outcome)
+
+    def _finish(self, ts: TableState, job: Job, kind: str, outcome: JobOutcome) -> None:
+        self.running.pop(ts.uri, None)
+        self._touched.add(ts.uri)
+        self._poke()
+        if kind == "execute":
+            self.metrics.jobs.labels(ts.uri, job.action, outcome.outcome).inc()
+            self.metrics.job_duration.labels(job.action, outcome.outcome).observe(outcome.seconds)
+        else:
+            self.metrics.plans.labels(ts.uri, job.action, outcome.outcome).inc()
+        verdict = record_outcome(ts, job, kind, outcome, self.settings, time.monotonic())
+        if verdict.error is not None:
+            self.problems_in_pass += 1
+            self._error(ts.uri, verdict.error)
+        if verdict.quarantine is not None:
+            self._quarantine(ts, verdict.quarantine)
+        getattr(log, verdict.level)("job ended", kind=kind, outcome=outcome.outcome, message=outcome.message,
+                                    seconds=round(outcome.seconds, 3))
+
+    # ------------------------------------------------------------------ views
+
+    def lock_where(self) -> str:
+        return self.factory.where if self.factory is not None else "local"
+
+    def snapshot(self) -> StateSnapshot:
+        return state_snapshot(self)
+
+    def loop_heartbeat_age(self) -> float:
+        return time.time() - (self.last_cycle_end or self.started_at)
+
+    def status(self) -> dict[str, Any]:
+        """The ``/status`` document (``hoodied status`` renders it)."""
+        return status_document(self)

@@ -1,0 +1,86 @@
+"""Views of the daemon's state: the ``/status`` document and the snapshot ``/metrics`` reads.
+
+Both are built on the event loop from ``service.daemon.loop.Daemon``'s books, so they never wait
+for a worker thread.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from typing import TYPE_CHECKING, Any
+
+from hoodied.service.config import SERVICE_ACTIONS
+from hoodied.service.daemon.metrics import StateSnapshot, TableSnapshot
+from hoodied.service.daemon.table_state import item_status
+
+if TYPE_CHECKING:
+    from hoodied.service.daemon.loop import Daemon
+
+__all__ = ["state_snapshot", "status_document"]
+
+
+def state_snapshot(daemon: Daemon) -> StateSnapshot:
+    """What ``/metrics`` reads at scrape time."""
+    tables = []
+    now = time.time()
+    for ts in daemon.tables.values():
+        snap = TableSnapshot(ts.uri, ts.quarantine is not None, last_success=dict(ts.last_success))
+        if ts.poll is not None:
+            for item in ts.poll.pending:
+                action = item.service or item.instant.action.value
+                action = SERVICE_ACTIONS[action].value if action in SERVICE_ACTIONS else action
+                count, oldest = snap.pending.get(action, (0, 0.0))
+                snap.pending[action] = (count + 1, max(oldest, now - item.requested_epoch))
+            snap.delta_commits_since_compaction = ts.poll.delta_commits_since_compaction
+        tables.append(snap)
+    running = Counter(j.action for j in daemon.running.values())
+    return StateSnapshot(tables, dict(running), daemon.draining, daemon.last_cycle_end)
+
+
+def status_document(daemon: Daemon) -> dict[str, Any]:
+    """The ``/status`` document (``hoodied status`` renders it)."""
+    now, mono = time.time(), time.monotonic()
+    tables = []
+    for ts in sorted(daemon.tables.values(), key=lambda t: t.uri):
+        pending = []
+        if ts.poll is not None:
+            for item in ts.poll.pending:
+                status, note = item_status(ts, item, daemon.running.get(ts.uri), daemon.registry, mono)
+                failure = ts.failures.get(item.instant.requested_time)
+                pending.append({
+                    "instant": item.instant.requested_time, "action": item.instant.action.value,
+                    "state": item.instant.state.value,
+                    "age_seconds": round(now - item.requested_epoch, 1),
+                    "status": status, "note": note, "failures": failure.count if failure else 0,
+                })
+        job = daemon.running.get(ts.uri)
+        config = ts.poll.config if ts.poll is not None else None
+        tables.append({
+            "path": ts.uri, "source": ts.source,
+            "name": config.name if config else None,
+            "type": config.table_type.value if config else None,
+            "version": config.version if config else None,
+            "paused": ts.policy.paused, "priority": ts.policy.priority,
+            "quarantined": ts.quarantine, "quarantined_at": ts.quarantined_at,
+            "pending": pending,
+            "running": None if job is None else {
+                "action": job.action, "instant": job.instant.requested_time if job.instant else None,
+                "kind": "execute" if job.instant else "plan", "seconds": round(now - job.started, 1),
+            },
+            "due": dict(ts.poll.due) if ts.poll else {},
+            "planning": dict(ts.plan_notes),
+            "last_outcomes": list(ts.outcomes),
+            "delta_commits_since_compaction": ts.poll.delta_commits_since_compaction if ts.poll else None,
+        })
+    return {
+        "replica": daemon.replica, "started_at": daemon.started_at, "draining": daemon.draining,
+        "stop_reason": daemon.stop_reason, "once": daemon.once, "lock": daemon.lock_where(),
+        "workers": {"limit": daemon.settings.concurrency.workers, "busy": len(daemon.running)},
+        "last_poll": {"ended_at": daemon.last_cycle_end, "seconds": daemon.last_cycle_seconds,
+                      "age_seconds": round(daemon.loop_heartbeat_age(), 3)},
+        "tables_watched": len(tables),
+        "tables_quarantined": sum(1 for t in tables if t["quarantined"]),
+        "tables": tables,
+        "recent_errors": list(daemon.recent_errors),
+    }

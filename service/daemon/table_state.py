@@ -1,0 +1,196 @@
+"""What the daemon knows about each table, and the decisions it takes from it alone.
+
+``TableState`` holds one table's books (owned by the event loop; threads get copies): the
+last poll, failures with their backoff, holds (another executor is at work), instants and
+services left waiting, planning notes and the last outcomes. From them:
+
+- ``item_status``: whether a pending instant is ready to run, and if not why
+  (``running``, ``waiting``, ``disabled``, ``paused``, ``running-elsewhere``, ``backoff``,
+  ``held``, ``quarantined``);
+- ``next_for_table``: the table's next job, the oldest ready instant before any new plan
+  (``service.daemon.loop`` then orders the tables' candidates);
+- ``record_outcome``: how a job's outcome changes the books (retry with backoff, hold,
+  wait, quarantine); the loop applies what it returns.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from hoodied.hoodie.storage import Storage
+from hoodied.service.config import SERVICE_ACTIONS, DaemonConfig, Policy
+from hoodied.service.daemon.jobs import Job, JobOutcome
+from hoodied.service.daemon.poll import PendingItem, PollResult
+from hoodied.service.daemon.registry import Registry
+
+__all__ = [
+    "Candidate", "Failure", "TableState", "Verdict", "item_status", "next_for_table", "record_outcome",
+]
+
+#: A service found "nothing due" is asked again when the timeline moves, or after this long
+#: (time-based retention and triggers change with the clock alone).
+REPLAN_AFTER_S = 600.0
+#: Outcomes kept per table for /status.
+KEEP_OUTCOMES = 10
+
+
+@dataclass(slots=True)
+class Failure:
+    count: int
+    next_at: float
+    last_error: str
+    lock: bool = False
+    """Counted lock-service failures (they never lead to quarantine)."""
+
+
+@dataclass(slots=True)
+class TableState:
+    """What the loop knows about one table (owned by the event loop; threads get copies)."""
+
+    uri: str
+    policy: Policy
+    source: str
+    """``config`` or the discover root that found it."""
+    storage: Storage | None = None
+    poll: PollResult | None = None
+    poll_failures: int = 0
+    quarantine: str | None = None
+    quarantined_at: float | None = None
+    failures: dict[str, Failure] = field(default_factory=dict)
+    holds: dict[str, tuple[float, str]] = field(default_factory=dict)
+    waiting: dict[str, str] = field(default_factory=dict)
+    plan_checked: dict[str, tuple[int, float]] = field(default_factory=dict)
+    plan_notes: dict[str, str] = field(default_factory=dict)
+    outcomes: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=KEEP_OUTCOMES))
+    last_success: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class Candidate:
+    table: TableState
+    kind: str
+    service: str
+    sort_key: tuple[int, int, str, str]
+    item: PendingItem | None = None
+
+
+def item_status(
+    ts: TableState, item: PendingItem, job: Job | None, registry: Registry, now: float
+) -> tuple[str, str]:
+    """``ready`` or why not, with a note; ``job`` is the table's running job, if any."""
+    t = item.instant.requested_time
+    if job is not None and job.instant is not None and job.instant.requested_time == t:
+        return "running", f"since {time.time() - job.started:.0f} s"
+    if ts.quarantine:
+        return "quarantined", ts.quarantine
+    if item.service is None:
+        return "waiting", "not a table service hoodied runs; left untouched"
+    spec = registry.executor_for(SERVICE_ACTIONS[item.service])
+    if spec is None:
+        return "waiting", f"no executor for {item.service} yet; left untouched"
+    if ts.policy.paused:
+        return "paused", "table paused by policy"
+    if not ts.policy.services.get(item.service).enabled:
+        return "disabled", f"{item.service} disabled by policy"
+    if t in ts.waiting:
+        return "waiting", ts.waiting[t]
+    if item.heartbeat_alive:
+        return "running-elsewhere", "heartbeat alive: another executor is working on it"
+    failure = ts.failures.get(t)
+    if failure is not None and failure.next_at > now:
+        return "backoff", f"attempt {failure.count + 1} in {failure.next_at - now:.0f} s; " \
+                          f"last error: {failure.last_error}"
+    hold = ts.holds.get(t)
+    if hold is not None and hold[0] > now:
+        return "held", hold[1]
+    return "ready", ""
+
+
+def _plan_ready(ts: TableState, service: str, now: float) -> bool:
+    key = f"plan:{service}"
+    if key in ts.waiting:
+        return False
+    failure = ts.failures.get(key)
+    if failure is not None and failure.next_at > now:
+        return False
+    checked = ts.plan_checked.get(service)
+    assert ts.poll is not None
+    return not (checked and checked[0] == ts.poll.signature and now - checked[1] < REPLAN_AFTER_S)
+
+
+def next_for_table(ts: TableState, registry: Registry, now: float) -> Candidate | None:
+    """The next job of a polled table with no running job: its oldest ready instant, else a plan."""
+    assert ts.poll is not None
+    prio = -ts.policy.priority
+    for item in ts.poll.pending:  # oldest first
+        if item_status(ts, item, None, registry, now)[0] == "ready":
+            assert item.service is not None
+            key = (prio, 0, item.instant.requested_time, ts.uri)
+            return Candidate(ts, "execute", item.service, key, item)
+    for service in ts.poll.due:
+        if _plan_ready(ts, service, now):
+            return Candidate(ts, "plan", service, (prio, 1, "", ts.uri))
+    return None
+
+
+@dataclass(slots=True)
+class Verdict:
+    """What the loop does after ``record_outcome``: log at ``level``, note ``error``, quarantine."""
+
+    level: str = "info"
+    error: str | None = None
+    """A problem of this pass, for ``recent_errors``."""
+    quarantine: str | None = None
+    """Quarantine the table with this reason."""
+
+
+def record_outcome(
+    ts: TableState, job: Job, kind: str, outcome: JobOutcome, settings: DaemonConfig, now: float
+) -> Verdict:
+    """Book a finished job on its table (``kind``: ``execute`` or ``plan``; ``now``: monotonic)."""
+    record = {"at": time.time(), "kind": kind, "action": job.action, "instant": job.instant.requested_time
+              if job.instant else None, "outcome": outcome.outcome, "message": outcome.message,
+              "seconds": round(outcome.seconds, 3)}
+    ts.outcomes.appendleft(record)
+    key = job.key
+    what = f"{job.action} {job.instant.requested_time}" if job.instant else f"{job.service} plan"
+    verdict = Verdict()
+    if outcome.outcome in ("success", "planned", "nothing_due", "already_done"):
+        ts.failures.pop(key, None)
+        if outcome.outcome == "success":
+            ts.last_success[job.action] = time.time()
+        if kind == "plan":
+            ts.plan_notes[job.service] = outcome.message
+            assert ts.poll is not None
+            ts.plan_checked[job.service] = (ts.poll.signature, now)
+    elif outcome.outcome in ("skipped", "claimed"):
+        ts.holds[key] = (now + settings.poll_interval_seconds, outcome.message)
+    elif outcome.outcome == "lock_unavailable":
+        # the lock service, not the table: retried with backoff for as long as it lasts, never quarantined
+        verdict = Verdict("warning", f"{what}: {outcome.message}")
+        n = (ts.failures[key].count if key in ts.failures else 0) + 1
+        delay = settings.retry.backoff(n)
+        ts.failures[key] = Failure(n, now + delay, outcome.message, lock=True)
+        record["retry_in_seconds"] = delay
+    elif outcome.outcome == "unsupported":
+        ts.waiting[key] = outcome.message
+        if kind == "plan":
+            ts.plan_notes[job.service] = outcome.message
+        verdict = Verdict("warning")
+    elif outcome.outcome == "corrupt":
+        verdict = Verdict("error", quarantine=f"{what}: {outcome.message}")
+    elif outcome.outcome == "failed":
+        verdict = Verdict("warning", f"{what}: {outcome.message}")
+        prev = ts.failures.get(key)
+        n = (prev.count if prev is not None and not prev.lock else 0) + 1
+        if n >= settings.retry.max_attempts:
+            ts.failures.pop(key, None)
+            verdict.quarantine = f"{what} failed {n} times; last: {outcome.message}"
+        else:
+            delay = settings.retry.backoff(n)
+            ts.failures[key] = Failure(n, now + delay, outcome.message)
+            record["retry_in_seconds"] = delay
+    return verdict

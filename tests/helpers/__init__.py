@@ -1,0 +1,1 @@
+"""Helpers shared by the tests: fixture tables, real servers, crash drivers, reference readers."""

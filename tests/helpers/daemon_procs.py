@@ -1,0 +1,96 @@
+"""Helpers for the daemon tests that run real ``hoodied run`` processes and look at real tables.
+
+``hoodied(...)`` starts the command line as a subprocess of this checkout (``HOODIED_TEST_*``
+hooks of the calling environment are not inherited, so each test sets its own); ``events``
+parses its JSON log lines; ``get`` asks its HTTP endpoint; ``wait_for`` polls a condition
+with a deadline; ``timeline`` / ``service_instants`` read a table's timeline as it is on disk.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from hoodied.hoodie.properties import load_table_config
+from hoodied.hoodie.storage import LocalStorage
+from hoodied.hoodie.timeline.active import Timeline
+from hoodied.hoodie.timeline.instant import Action, Instant
+
+PROJECT = Path(__file__).resolve().parents[2]
+
+
+def hoodied(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("HOODIED_")}
+    full_env["PYTHONPATH"] = str(PROJECT)
+    full_env.update(env or {})
+    return subprocess.Popen(
+        [sys.executable, "-m", "hoodied.service.cli", *args],
+        cwd=PROJECT, env=full_env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )
+
+
+def events(stderr: str) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in stderr.splitlines() if line.startswith("{")]
+
+
+def get(port: int, path: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+def get_or_none(port: int, path: str) -> tuple[int, str] | None:
+    try:
+        return get(port, path)
+    except OSError:
+        return None
+
+
+def wait_for(
+    what: str, check: Callable[[], Any], timeout: float, procs: tuple[subprocess.Popen[str], ...] = ()
+) -> Any:
+    """``check()``'s first truthy value; fails naming ``what`` after ``timeout`` seconds or when one
+    of ``procs`` exits (with the end of its standard error)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        for p in procs:
+            if p.poll() is not None:
+                raise AssertionError(f"{what}: the daemon exited with {p.returncode}: "
+                                     f"{p.communicate()[1][-3000:]}")
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not within {timeout:.0f} s")
+        time.sleep(0.05)
+
+
+def stop(proc: subprocess.Popen[str], timeout: float = 20) -> tuple[int, str]:
+    """SIGTERM, then the exit code and standard error (SIGKILL if it does not exit in time)."""
+    if proc.poll() is None:
+        proc.terminate()
+    try:
+        _, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        _, err = proc.communicate()
+    return proc.returncode, err
+
+
+def timeline(root: Path) -> Timeline:
+    storage = LocalStorage(str(root))
+    return Timeline.load(storage, load_table_config(storage))
+
+
+def service_instants(root: Path, action: Action) -> list[Instant]:
+    return [i for i in timeline(root).instants if i.action is action]
