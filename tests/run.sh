@@ -29,4 +29,4 @@ echo "== ruff"
 echo "== import layers"
 .venv/bin/lint-imports
 echo "== pytest"
-exec .venv/bin/python -m pytest "$@"
+exec .venv/bin/pytest "$@"

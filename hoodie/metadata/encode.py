@@ -3,7 +3,7 @@
 This module owns what a writer must produce for the MDT, byte for byte as Hudi does
 (``HoodieMetadataPayload``, ``HoodieTableMetadataUtil``, ``HashID``):
 
-- the writer schema Hudi embeds (``schemas/HoodieMetadataRecord.v8.avsc`` / ``.v9.avsc``, copied
+- the writer schema Hudi embeds (``avro/schemas/HoodieMetadataRecord.v8.avsc`` / ``.v9.avsc``, copied
   verbatim from the ``schema`` file info of Hudi-written MDT files: table version 9 adds
   ``valueType`` and ``ArrayWrapper`` to the column stats);
 - row keys: ``files`` (``__all_partitions__``, partition path or ``.``), column stats
@@ -97,7 +97,7 @@ def _schema_version(table_version: int) -> int:
 def metadata_schema_json(table_version: int) -> str:
     """The HoodieMetadataRecord writer schema Hudi embeds for tables of ``table_version``."""
     name = f"HoodieMetadataRecord.v{_schema_version(table_version)}.avsc"
-    return resources.files("hoodie").joinpath("schemas", name).read_text(encoding="utf-8").strip()
+    return resources.files("hoodied.hoodie.avro").joinpath("schemas", name).read_text(encoding="utf-8").strip()
 
 
 @cache

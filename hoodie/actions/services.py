@@ -1,0 +1,69 @@
+"""The table services: one owner for which timeline action each is and how it runs.
+
+Hudi names a pending table service by its requested action (``HoodieTimeline.COMPACTION_ACTION``,
+``LOG_COMPACTION_ACTION``, ``CLUSTERING_ACTION``, ``CLEAN_ACTION``, ``INDEXING_ACTION``), with one
+exception kept from table version 6: a clustering there is requested as a ``replacecommit``
+whose plan is a clustering plan (``ClusteringUtils.isClusteringInstant``), which ``service_of``
+resolves through the timeline. Every other module asks this one rather than listing actions.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from hoodied.hoodie.timeline.active import Timeline
+from hoodied.hoodie.timeline.instant import COMPLETED_ACTION, Action, Instant
+
+__all__ = ["TableService", "is_table_service", "service_of"]
+
+
+class TableService(StrEnum):
+    """A table service hoodied plans and executes; the value is its name in settings and metrics."""
+
+    CLEAN = "clean"
+    COMPACTION = "compaction"
+    LOG_COMPACTION = "log_compaction"
+    CLUSTERING = "clustering"
+    INDEXING = "indexing"
+
+    @property
+    def action(self) -> Action:
+        """The action its instants are requested under (table versions 8 and 9; v6 clustering aside)."""
+        return _ACTIONS[self]
+
+    @property
+    def completed_action(self) -> Action:
+        """The action its instants complete under (a compaction completes as a ``commit``...)."""
+        return COMPLETED_ACTION.get(self.action, self.action)
+
+    @property
+    def rewrites_data(self) -> bool:
+        """Writes data files: a failed attempt is rolled back before it is retried."""
+        return self in (TableService.COMPACTION, TableService.LOG_COMPACTION, TableService.CLUSTERING)
+
+    @property
+    def runs_on_spark(self) -> bool:
+        """Executed as a Spark job (clean runs in the driving process alone)."""
+        return self is not TableService.CLEAN
+
+
+_ACTIONS: dict[TableService, Action] = {
+    TableService.CLEAN: Action.CLEAN,
+    TableService.COMPACTION: Action.COMPACTION,
+    TableService.LOG_COMPACTION: Action.LOG_COMPACTION,
+    TableService.CLUSTERING: Action.CLUSTERING,
+    TableService.INDEXING: Action.INDEXING,
+}
+_BY_ACTION: dict[Action, TableService] = {a: s for s, a in _ACTIONS.items()}
+
+
+def service_of(timeline: Timeline, instant: Instant) -> TableService | None:
+    """The service of a pending instant (a v6 clustering is a ``replacecommit``), or ``None``."""
+    if instant.action is Action.REPLACE_COMMIT:
+        return TableService.CLUSTERING if timeline.is_clustering(instant) else None
+    return _BY_ACTION.get(instant.action)
+
+
+def is_table_service(timeline: Timeline, instant: Instant) -> bool:
+    """Whether ``instant`` is one of the table services (as opposed to a data write)."""
+    return service_of(timeline, instant) is not None
