@@ -41,6 +41,7 @@ from hoodied.hoodie.metadata.compaction import (
     schedule_mdt_compaction,
 )
 from hoodied.hoodie.metadata.rollback import latest_mdt_compaction
+from hoodied.hoodie.plan_files import plan_path, plan_relative_path
 from hoodied.hoodie.properties import TableConfig
 from hoodied.hoodie.storage import Storage
 from hoodied.hoodie.timeline.active import Timeline
@@ -118,7 +119,6 @@ def plan_mdt_clean(storage: Storage, config: TableConfig, timeline: Timeline,
     if not files:
         return None
     completed = [i for i in timeline.completed(_WRITES)]
-    base = storage.base_uri.rstrip("/")
     return {
         "earliestInstantToRetain": {"timestamp": ectr.requested_time, "action": ectr.file_action.value,
                                     "state": "COMPLETED"},
@@ -127,7 +127,7 @@ def plan_mdt_clean(storage: Storage, config: TableConfig, timeline: Timeline,
         "filesToBeDeletedPerPartition": {},
         "version": CLEAN_VERSION,
         "filePathsToBeDeletedPerPartition": {
-            p: [{"filePath": f"{base}/{rel}", "isBootstrapBaseFile": False} for rel in sorted(rels)]
+            p: [{"filePath": plan_path(storage, rel), "isBootstrapBaseFile": False} for rel in sorted(rels)]
             for p, rels in sorted(files.items())
         },
         "partitionsToBeDeleted": [],
@@ -144,20 +144,23 @@ def execute_mdt_clean(mdt: TimelineWriter, clean_time: str) -> Instant:
     if inst.is_completed:
         return inst
     plan = timeline.read_plan(inst) or {}
+    # every planned path is resolved (and refused when outside the MDT) before the first delete
+    where = f"MDT clean {clean_time}"
+    planned = {
+        partition: [plan_relative_path(storage, str(i["filePath"]), where, in_partition=True) for i in infos]
+        for partition, infos in sorted((plan.get("filePathsToBeDeletedPerPartition") or {}).items())
+    }
     started = time.monotonic()
     mdt.transition_to_inflight(clean_time, Action.CLEAN)
     crash_point("mdt-clean-inflight")
-    base = storage.base_uri.rstrip("/") + "/"
     partitions: dict[str, dict[str, Any]] = {}
-    for partition, infos in sorted((plan.get("filePathsToBeDeletedPerPartition") or {}).items()):
+    for partition, paths in planned.items():
         entry = partitions.setdefault(partition, {
             "partitionPath": partition, "policy": plan.get("policy") or "KEEP_LATEST_COMMITS",
             "deletePathPatterns": [], "successDeleteFiles": [], "failedDeleteFiles": [],
             "isPartitionDeleted": False,
         })
-        for info in infos:
-            full = str(info["filePath"])
-            rel = full[len(base):] if full.startswith(base) else full
+        for rel in paths:
             name = rel.rsplit("/", 1)[-1]
             entry["deletePathPatterns"].append(name)
             mdt.lock.ensure_held()

@@ -15,10 +15,14 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from hoodied.hoodie.avro.container import write_single_record
+from hoodied.hoodie.errors import HoodieFormatError
 from hoodied.hoodie.hfile.reader import HFileReader
 from hoodied.hoodie.metadata.reader import METADATA_FOLDER
 from hoodied.hoodie.table import HoodieTable
@@ -78,7 +82,7 @@ def _run_until(root: Path, point: str, writes: int, tmp: Path) -> None:
 
 
 @pytest.mark.parametrize("point", ["mdt-compaction-inflight", "mdt-compaction-base-written"])
-def test_kill_9_during_the_mdt_compaction(point: str, hudi_table, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_kill_9_during_the_mdt_compaction(point: str, hudi_table, tmp_path: Path) -> None:
     root = hudi_table(V9_MOR)
     props = root / ".hoodie" / "hoodie.properties"
     # 7 MDT delta commits since Hudi's compaction: the next data write compacts the MDT first
@@ -103,7 +107,8 @@ def test_kill_9_during_the_mdt_compaction(point: str, hudi_table, tmp_path: Path
     _, _, timeline = _mdt(root)
     done = timeline.get(c)
     assert done is not None and done.is_completed
-    assert done.completion_time < timeline.completion_time(instant)  # type: ignore[operator]
+    later = timeline.completion_time(instant)
+    assert done.completion_time is not None and later is not None and done.completion_time < later
     bases = sorted(mdt_root.glob(f"*/*_{c}.hfile"))
     assert len(bases) == len(plan["operations"])
     # the base file the killed attempt wrote is kept, not written twice
@@ -121,7 +126,7 @@ def test_kill_9_during_the_mdt_compaction(point: str, hudi_table, tmp_path: Path
 
 
 @pytest.mark.parametrize("point", ["mdt-clean-inflight", "mdt-clean-deleted"])
-def test_kill_9_during_the_mdt_clean(point: str, hudi_table, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_kill_9_during_the_mdt_clean(point: str, hudi_table, tmp_path: Path) -> None:
     root = hudi_table(V9_MOR)
     # enough MDT writes that the slice before Hudi's compaction falls out of the 20 retained commits
     _run_until(root, point, 16, tmp_path)
@@ -145,7 +150,8 @@ def test_kill_9_during_the_mdt_clean(point: str, hudi_table, tmp_path: Path) -> 
     _, _, timeline = _mdt(root)
     done = timeline.get(pending.requested_time)
     assert done is not None and done.is_completed
-    assert done.completion_time < timeline.completion_time(instant)  # type: ignore[operator]
+    later = timeline.completion_time(instant)
+    assert done.completion_time is not None and later is not None and done.completion_time < later
     for p, infos in plan["filePathsToBeDeletedPerPartition"].items():
         for i in infos:
             assert not (root / METADATA_FOLDER / p / Path(i["filePath"]).name).exists()
@@ -156,3 +162,65 @@ def test_kill_9_during_the_mdt_clean(point: str, hudi_table, tmp_path: Path) -> 
     assert (root / METADATA_FOLDER / "files" / f"files-0000-0_13-170-402_{HUDI_COMPACTION}.hfile").exists()
     assert storage.exists(".hoodie/hoodie.properties")
     _check_readers(root, tmp_path)
+
+
+def _rewrite_pending_clean_plan(root: Path, rewrite: Callable[[str], str]) -> tuple[str, dict[str, Any]]:
+    """Replace the pending MDT clean's plan paths with ``rewrite(path)`` (as another writer names them)."""
+    _, _, timeline = _mdt(root)
+    (pending,) = timeline.pending((Action.CLEAN,))
+    plan = timeline.read_plan(pending)
+    assert plan is not None
+    for infos in plan["filePathsToBeDeletedPerPartition"].values():
+        for info in infos:
+            info["filePath"] = rewrite(info["filePath"])
+    requested = root / METADATA_FOLDER / ".hoodie" / "timeline" / f"{pending.requested_time}.clean.requested"
+    assert requested.is_file()
+    requested.write_bytes(write_single_record(plan, "HoodieCleanerPlan"))
+    return pending.requested_time, plan
+
+
+def test_an_mdt_clean_plan_with_file_scheme_paths_deletes_its_files(hudi_table, tmp_path: Path) -> None:
+    """Hudi names plan files ``file:/...`` on local file systems: the MDT clean resolves them (a path it
+    could not resolve used to be reported as a failed delete, leaving the file)."""
+    root = hudi_table(V9_MOR)
+    _run_until(root, "mdt-clean-inflight", 16, tmp_path)
+    clean_time, plan = _rewrite_pending_clean_plan(root, lambda p: "file:" + p)
+    t = Table(root)
+    with t.lock:
+        _add_base_file(t, "region=eu", _source(root))
+    _, _, timeline = _mdt(root)
+    done = timeline.get(clean_time)
+    assert done is not None and done.is_completed
+    md = timeline.read_commit_metadata(done)
+    planned = [Path(i["filePath"]).name for v in plan["filePathsToBeDeletedPerPartition"].values() for i in v]
+    assert sum(len(v["failedDeleteFiles"]) for v in md["partitionMetadata"].values()) == 0
+    assert md["totalFilesDeleted"] == len(planned) >= 8
+    for p, infos in plan["filePathsToBeDeletedPerPartition"].items():
+        for i in infos:
+            assert not (root / METADATA_FOLDER / p / Path(i["filePath"]).name).exists()
+    _check_readers(root, tmp_path)
+
+
+def test_an_mdt_clean_plan_naming_a_file_outside_the_mdt_deletes_nothing(hudi_table, tmp_path: Path) -> None:
+    root = hudi_table(V9_MOR)
+    _run_until(root, "mdt-clean-inflight", 16, tmp_path)
+    outside = str(root / "region=eu" / "not-mine.parquet")
+    first = [True]
+
+    def rewrite(path: str) -> str:  # the first planned file is replaced by a data-table path
+        if first[0]:
+            first[0] = False
+            return outside
+        return path
+
+    clean_time, _ = _rewrite_pending_clean_plan(root, rewrite)
+    before = [p for p in (root / METADATA_FOLDER).rglob("*") if p.is_file()]
+    t = Table(root)
+    with pytest.raises(HoodieFormatError, match="outside the table"), t.lock:
+        _add_base_file(t, "region=eu", _source(root))
+    # every MDT file is still there: the plan was checked whole before the first delete
+    assert [f for f in before if not f.exists()] == []
+    assert (root / "region=eu").is_dir() and not Path(outside).exists()
+    _, _, timeline = _mdt(root)
+    pending = timeline.get(clean_time)
+    assert pending is not None and not pending.is_completed
