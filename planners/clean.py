@@ -33,6 +33,10 @@ clean whose ECTR is still on the active timeline, only partitions written by ins
 
 The plan is a ``HoodieCleanerPlan`` (version 2) with full file paths. Partitions are never
 planned for deletion, and no plan is made when nothing is due (a reason says why).
+
+Beside the planner: its trigger, ``clean_due`` (``hoodie.clean.max.commits``, the timeline only,
+cheap enough for every poll), and ``schedule_clean``, which plans under the table lock and writes
+``<T>.clean.requested``.
 """
 
 from __future__ import annotations
@@ -45,13 +49,16 @@ from enum import StrEnum
 from typing import Any
 
 from hoodied.hoodie.filenames import BaseFileName, writer_instant
-from hoodied.hoodie.fsview import FileGroup, FilesByPartition, FileSlice, FileSystemView
+from hoodied.hoodie.fsview import FileGroup, FilesByPartition, FileSlice, FileSystemView, list_storage
+from hoodied.hoodie.locks import TableLock
 from hoodied.hoodie.metadata.clean import require_clean_maintainable
-from hoodied.hoodie.properties import TableConfig
+from hoodied.hoodie.properties import TableConfig, load_table_config
 from hoodied.hoodie.storage import Storage
 from hoodied.hoodie.timeline.active import Timeline, datetime_to_instant_time
 from hoodied.hoodie.timeline.instant import WRITE_ACTIONS, Action, Instant
 from hoodied.hoodie.timeline.plans import ClusteringPlan, CompactionPlan
+from hoodied.hoodie.timeline.truetime import TimeSettings
+from hoodied.hoodie.timeline.writer import TimelineWriter
 
 log = logging.getLogger(__name__)
 
@@ -60,10 +67,13 @@ __all__ = [
     "CleanPlanResult",
     "CleanPolicy",
     "CleanSettings",
+    "clean_due",
+    "completed_writes_after",
     "earliest_commit_to_retain",
     "failed_write_leftovers",
     "plan_clean",
     "planned_files",
+    "schedule_clean",
 ]
 
 #: ``CleanPlanner.LATEST_CLEAN_PLAN_VERSION``.
@@ -272,9 +282,9 @@ def _partitions_to_clean(
     extra = md.get("extraMetadata") or {}
     old_savepoints = [t for t in str(extra.get(SAVEPOINTED_TIMESTAMPS) or "").split(",") if t]
     for t in set(old_savepoints) - set(savepoint_times):
-        inst = timeline.get(t)
-        if inst is not None and inst.is_completed and inst.action in WRITE_ACTIONS:
-            parts |= _partitions_of(timeline, inst)
+        savepointed = timeline.get(t)
+        if savepointed is not None and savepointed.is_completed and savepointed.action in WRITE_ACTIONS:
+            parts |= _partitions_of(timeline, savepointed)
     return sorted(p for p in parts if p in set(every)), f"incremental since {previous}"
 
 
@@ -392,3 +402,51 @@ def planned_files(plan: Mapping[str, Any]) -> list[str]:
         for names in (plan.get("filesToBeDeletedPerPartition") or {}).values():
             out.extend(str(n) for n in names or ())
     return out
+
+
+# ---------------------------------------------------------------------------- trigger and scheduling
+
+
+def completed_writes_after(timeline: Timeline, last: Instant | None) -> int:
+    """Completed instants of Hudi's commits timeline requested after ``last`` (all of them without one)."""
+    since = last.requested_time if last is not None else ""
+    return sum(
+        1 for i in timeline.instants
+        if i.is_completed and i.action in WRITE_ACTIONS and i.requested_time > since
+    )
+
+
+def clean_due(timeline: Timeline, trigger_commits: int) -> str | None:
+    """``hoodie.clean.max.commits``: why a clean should be planned now (enough completed writes
+    since the last completed clean, none pending), or ``None``."""
+    if timeline.pending((Action.CLEAN,)):
+        return None
+    writes = completed_writes_after(timeline, timeline.latest_completed((Action.CLEAN,)))
+    if writes < trigger_commits:
+        return None
+    return f"{writes} completed writes since the last clean (trigger {trigger_commits})"
+
+
+def schedule_clean(
+    storage: Storage,
+    lock: TableLock,
+    settings: CleanSettings | None = None,
+    *,
+    dry_run: bool = False,
+    time_settings: TimeSettings | None = None,
+) -> tuple[Instant | None, CleanPlanResult]:
+    """Plan a clean under the table lock and write ``<T>.clean.requested`` (unless ``dry_run``).
+
+    Returns the new instant (``None`` when nothing is due or on a dry run) and the plan result.
+    A clean already pending blocks a new one, so two schedulers racing for the lock produce
+    exactly one plan.
+    """
+    config = load_table_config(storage)
+    require_clean_maintainable(storage, config, "clean")
+    with lock:
+        timeline = Timeline.load(storage, config)
+        result = plan_clean(storage, config, timeline, list_storage(storage, config), settings)
+        if result.plan is None or dry_run:
+            return None, result
+        writer = TimelineWriter(storage, config, lock, time_settings=time_settings)
+        return writer.schedule(Action.CLEAN, result.plan), result

@@ -20,6 +20,8 @@ the real plans in the v9 fixtures: slices carry full base/log paths, ``bootstrap
 Not done yet: the RECENT_DAYS partition filter. A table whose metadata table has a partition a
 clustering's commit cannot keep exact is refused before anything is written
 (``hoodie.metadata.commit.require_commit_maintainable``, the executor's rule).
+
+Its trigger, ``clustering_due`` (``hoodie.clustering.async.max.commits``), sits beside it.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from hoodied.hoodie.actions.services import TableService, service_of
 from hoodied.hoodie.errors import InstantStateError
 from hoodied.hoodie.fsview import FilesByPartition, FileSlice, FileSystemView, LogFile, list_storage
 from hoodied.hoodie.locks import TableLock
@@ -39,11 +42,13 @@ from hoodied.hoodie.timeline.active import Timeline
 from hoodied.hoodie.timeline.instant import Action, Instant, State
 from hoodied.hoodie.timeline.truetime import TimeSettings
 from hoodied.hoodie.timeline.writer import TimelineWriter
+from hoodied.planners.clean import completed_writes_after
 
 __all__ = [
     "EXECUTION_STRATEGY",
     "ClusteringPlanResult",
     "ClusteringSettings",
+    "clustering_due",
     "plan_clustering",
     "schedule_clustering",
 ]
@@ -249,3 +254,34 @@ def schedule_clustering(
         if instant.state is not State.REQUESTED:
             raise InstantStateError(f"{instant_time}: clustering instant already {instant.state.value}")
         return instant, result
+
+
+# ---------------------------------------------------------------------------- trigger
+
+
+def _last_completed_clustering(timeline: Timeline) -> Instant | None:
+    # timeline layout 2 (table version 8+) names every clustering `clustering`; before it, a
+    # clustering is a replacecommit whose plan says CLUSTER (read once, cached by the timeline)
+    actions = (Action.CLUSTERING,) if timeline.config.timeline_layout >= 2 else (Action.REPLACE_COMMIT,)
+    for inst in reversed(timeline.instants):
+        if inst.is_completed and inst.action in actions and timeline.is_clustering(inst):
+            return inst
+    return None
+
+
+def clustering_due(timeline: Timeline, trigger_commits: int) -> str | None:
+    """No clustering pending and ``trigger_commits`` (``hoodie.clustering.async.max.commits``)
+    completed commits since the last completed clustering (Hudi's ``ClusteringPlanActionExecutor``
+    check): why a clustering should be planned now, or ``None``.
+
+    On table version 6 the plans of the replacecommits after the last clustering are read to
+    tell a clustering from an insert-overwrite (once per timeline: an unchanged timeline is
+    reused between polls); later versions need the timeline only.
+    """
+    pending = timeline.pending((Action.CLUSTERING, Action.REPLACE_COMMIT))
+    if any(service_of(timeline, inst) is TableService.CLUSTERING for inst in pending):
+        return None
+    commits = completed_writes_after(timeline, _last_completed_clustering(timeline))
+    if commits < trigger_commits:
+        return None
+    return f"{commits} completed commits since the last clustering (trigger {trigger_commits})"

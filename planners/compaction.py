@@ -38,6 +38,9 @@ table lock with a TrueTime instant ``T``.
 Tables with a metadata table are planned when the compaction's MDT delta commit can keep every
 MDT partition exact (``hoodie.metadata.commit.require_commit_maintainable``); others are refused
 with nothing written.
+
+The trigger, ``compaction_due`` (``needs_compaction`` for a compaction requested now, plus the
+no-compaction-pending rule), sits beside the planner; it takes the planner's settings.
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
+from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
@@ -54,7 +58,7 @@ from hoodied.hoodie.locks import TableLock
 from hoodied.hoodie.metadata.commit import COMPACT, require_commit_maintainable
 from hoodied.hoodie.properties import TableConfig, load_table_config
 from hoodied.hoodie.storage import Storage
-from hoodied.hoodie.timeline.active import Timeline, instant_time_to_datetime
+from hoodied.hoodie.timeline.active import Timeline, datetime_to_instant_time, instant_time_to_datetime
 from hoodied.hoodie.timeline.instant import WRITE_ACTIONS, Action, Instant, State
 from hoodied.hoodie.timeline.plans import compaction_operation
 from hoodied.hoodie.timeline.truetime import TimeSettings
@@ -68,6 +72,7 @@ __all__ = [
     "CompactionSettings",
     "CompactionStrategy",
     "TriggerStrategy",
+    "compaction_due",
     "needs_compaction",
     "plan_compaction",
     "schedule_compaction",
@@ -247,6 +252,21 @@ def needs_compaction(
     if trigger is TriggerStrategy.NUM_AND_TIME:
         return n_ok and t_ok, f"{num} and {age}"
     return n_ok or t_ok, f"{num} or {age}"
+
+
+def compaction_due(timeline: Timeline, settings: CompactionSettings) -> str | None:
+    """Why a compaction should be planned now (merge-on-read, none pending, the trigger fires
+    for a compaction requested now), or ``None``; the timeline only, cheap enough for every poll.
+
+    Tables with a metadata table are not excluded here: planning them reports the service as
+    unsupported (``UnsupportedTableError``).
+    """
+    config = timeline.config
+    if not config.is_mor or timeline.pending((Action.COMPACTION,)):
+        return None
+    now = datetime_to_instant_time(datetime.now(UTC), config.tzinfo)
+    due, why = needs_compaction(timeline, config, settings, now)
+    return why if due else None
 
 
 # ---------------------------------------------------------------------------- eligibility

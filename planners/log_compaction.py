@@ -30,6 +30,8 @@ output cannot be rolled back by deleting files, and Hudi 0.x readers only honour
 ``COMPACTED_BLOCK_TIMES`` with the optimized scan switched on. Tables with a metadata table
 are planned when the log compaction's MDT delta commit keeps every MDT partition exact
 (``hoodie.actions.log_compaction.require_log_compaction_supported``).
+
+The trigger, ``log_compaction_due``, sits beside the planner and takes its settings.
 """
 
 from __future__ import annotations
@@ -64,6 +66,7 @@ log = logging.getLogger(__name__)
 __all__ = [
     "LogCompactionPlanResult",
     "LogCompactionSettings",
+    "log_compaction_due",
     "needs_log_compaction",
     "plan_log_compaction",
     "schedule_log_compaction",
@@ -170,6 +173,16 @@ def needs_log_compaction(
     return True, f"{len(deltas)} delta commits on the timeline (log block threshold {threshold})"
 
 
+def log_compaction_due(timeline: Timeline, settings: LogCompactionSettings) -> str | None:
+    """Why a log compaction should be planned now (merge-on-read, no log compaction or compaction
+    pending, ``needs_log_compaction``), or ``None``."""
+    config = timeline.config
+    if not config.is_mor or timeline.pending((Action.LOG_COMPACTION, Action.COMPACTION)):
+        return None
+    due, why = needs_log_compaction(timeline, config, settings)
+    return why if due else None
+
+
 # ---------------------------------------------------------------------------- eligibility
 
 
@@ -185,7 +198,7 @@ def slice_block_count(storage: Storage, s: FileSlice, commits: CommitState) -> i
     ``INSTANT_TIME``) count as one: otherwise a slice that is exactly one log compaction's output
     would reach a threshold of 2 again and be log-compacted over and over without new data.
     """
-    seen_compactions: set[str] = set()
+    seen_compactions: set[str | None] = set()
     count = 0
     for b in scan_log_blocks(storage, s, commits):
         if b.compacted_block_times:

@@ -18,7 +18,8 @@ writes no command blocks). In table version 6 a log file carries its slice's bas
 so an attempt that appended log blocks (log compaction) cannot be undone by deleting files;
 hoodied refuses that case instead of guessing.
 
-Plan paths are full paths (the table base path + the relative path), as Hudi writes them.
+Plan paths are full paths (the table base path + the relative path), as Hudi writes them
+(``hoodie.plan_files.plan_path``).
 
 Tables with a metadata table (versions 8 and 9): the executor also rolls back the MDT delta
 commit of the target (``hoodie.metadata.rollback``); ``schedule_rollback`` checks first that it can
@@ -33,6 +34,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from hoodied.hoodie.actions.services import service_of
 from hoodied.hoodie.errors import InstantStateError, UnsupportedTableError
 from hoodied.hoodie.filenames import BaseFileName, LogFileName
 from hoodied.hoodie.fsview import list_storage
@@ -44,6 +46,7 @@ from hoodied.hoodie.heartbeat import (
 )
 from hoodied.hoodie.markers import IOType, WriteMarkers
 from hoodied.hoodie.metadata.rollback import check_data_rollback
+from hoodied.hoodie.plan_files import plan_path
 from hoodied.hoodie.properties import TableConfig
 from hoodied.hoodie.storage import Storage
 from hoodied.hoodie.timeline.active import Timeline
@@ -56,16 +59,15 @@ __all__ = [
     "ROLLBACK_PLAN_VERSION",
     "FailedAttempt",
     "find_failed_attempts",
+    "is_table_service",
     "pending_rollback_for",
     "plan_rollback",
+    "plan_summary",
     "schedule_rollback",
 ]
 
 #: ``LATEST_ROLLBACK_PLAN_VERSION``.
 ROLLBACK_PLAN_VERSION = 1
-
-_SERVICE_ACTIONS = (Action.COMPACTION, Action.LOG_COMPACTION, Action.CLUSTERING)
-
 
 @dataclass(frozen=True, slots=True)
 class FailedAttempt:
@@ -76,9 +78,10 @@ class FailedAttempt:
 
 
 def is_table_service(timeline: Timeline, instant: Instant) -> bool:
-    return instant.action in _SERVICE_ACTIONS or (
-        instant.action is Action.REPLACE_COMMIT and timeline.is_clustering(instant)
-    )
+    """Whether ``instant`` is a table service this module rolls back: one that rewrites data
+    (``TableService.rewrites_data``: compaction, log compaction, clustering)."""
+    service = service_of(timeline, instant)
+    return service is not None and service.rewrites_data
 
 
 def find_failed_attempts(
@@ -109,10 +112,6 @@ def pending_rollback_for(timeline: Timeline, requested_time: str) -> Instant | N
         if target.get("commitTime") == requested_time:
             return inst
     return None
-
-
-def full_path(storage: Storage, relative: str) -> str:
-    return f"{storage.base_uri.rstrip('/')}/{relative}"
 
 
 def _attempt_files(storage: Storage, config: TableConfig, target: Instant) -> dict[str, list[str]]:
@@ -186,7 +185,7 @@ def plan_rollback(
                     "partitionPath": partition,
                     "fileId": file_id,
                     "latestBaseInstant": target.requested_time,
-                    "filesToBeDeleted": [full_path(storage, r) for r in rels],
+                    "filesToBeDeleted": [plan_path(storage, r) for r in rels],
                     "logBlocksToBeDeleted": {},
                 }
             )

@@ -36,17 +36,16 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic_settings import BaseSettings, EnvSettingsSource, SettingsConfigDict
 from pydantic_settings.exceptions import SettingsError
 
+from hoodied.hoodie.actions.services import TableService
 from hoodied.hoodie.errors import HoodieServiceError
 from hoodied.hoodie.locks import LockSettings
-from hoodied.hoodie.timeline.active import Timeline
-from hoodied.hoodie.timeline.instant import Action, Instant
 from hoodied.planners.clean import CleanPolicy, CleanSettings
 from hoodied.planners.clustering import ClusteringSettings
-from hoodied.planners.compaction import CompactionStrategy
+from hoodied.planners.compaction import CompactionSettings, CompactionStrategy
+from hoodied.planners.log_compaction import LogCompactionSettings
 
 __all__ = [
     "CLUSTERING_OPTION_KEYS",
-    "SERVICE_ACTIONS",
     "CleanService",
     "ClusteringService",
     "CompactionService",
@@ -57,31 +56,11 @@ __all__ = [
     "LockConfig",
     "LogCompactionService",
     "Policy",
-    "ServiceName",
+    "Services",
     "TableEntry",
     "load_config",
     "read_yaml",
-    "service_of",
 ]
-
-ServiceName = Literal["clean", "compaction", "log_compaction", "clustering", "indexing"]
-
-#: The timeline action each service executes (a v6 clustering is a replacecommit, resolved by the loop).
-SERVICE_ACTIONS: dict[str, Action] = {
-    "clean": Action.CLEAN,
-    "compaction": Action.COMPACTION,
-    "log_compaction": Action.LOG_COMPACTION,
-    "clustering": Action.CLUSTERING,
-    "indexing": Action.INDEXING,
-}
-
-
-def service_of(timeline: Timeline, instant: Instant) -> str | None:
-    """The service of a pending instant (a v6 clustering is a replacecommit), or ``None``."""
-    if instant.action is Action.REPLACE_COMMIT:
-        return "clustering" if timeline.is_clustering(instant) else None
-    return next((s for s, a in SERVICE_ACTIONS.items() if a is instant.action), None)
-
 
 class ConfigError(HoodieServiceError):
     """The settings are invalid; ``problems`` has one line per problem (``where: what``)."""
@@ -154,6 +133,16 @@ class CompactionService(_Frozen):
         CompactionStrategy.parse(v)  # an unknown strategy is a settings error at start, not at planning
         return v
 
+    def settings(self) -> CompactionSettings:
+        """The planner's settings (built from Hudi's option keys, as ``hoodied schedule compaction``)."""
+        return CompactionSettings.from_options({
+            "hoodie.compact.inline.trigger.strategy": self.trigger,
+            "hoodie.compact.inline.max.delta.commits": str(self.delta_commits),
+            "hoodie.compact.inline.max.delta.seconds": str(self.delta_seconds),
+            "hoodie.compaction.strategy": self.strategy,
+            "hoodie.compaction.target.io": str(self.target_io_mb),
+        })
+
 
 class LogCompactionService(_Frozen):
     """Log compaction (Hudi's ``hoodie.log.compaction.*``); planning is off by default as in Hudi
@@ -172,6 +161,10 @@ class LogCompactionService(_Frozen):
             "hoodie.log.compaction.enable": "true" if self.schedule else "false",
             "hoodie.log.compaction.blocks.threshold": str(self.blocks_threshold),
         }
+
+    def settings(self) -> LogCompactionSettings:
+        """The planner's settings."""
+        return LogCompactionSettings.from_options(self.options())
 
 
 _CLUSTERING = ClusteringSettings()
@@ -266,15 +259,28 @@ class IndexingService(_Frozen):
     """Execute pending indexing instants."""
 
 
+ServicePolicy = CleanService | CompactionService | LogCompactionService | ClusteringService | IndexingService
+"""The policy group of one service: each has ``enabled``; all but indexing have ``schedule``."""
+
+
 class Services(_Frozen):
+    """One policy group per ``TableService``; the field names are the services' values."""
+
     clean: CleanService = CleanService()
     compaction: CompactionService = CompactionService()
     log_compaction: LogCompactionService = LogCompactionService()
     clustering: ClusteringService = ClusteringService()
     indexing: IndexingService = IndexingService()
 
-    def get(self, service: str) -> Any:
-        return getattr(self, service)
+    def get(self, service: TableService) -> ServicePolicy:
+        """The policy of ``service``."""
+        policy: ServicePolicy = getattr(self, TableService(service).value)
+        return policy
+
+    def schedules(self, service: TableService) -> bool:
+        """Whether new instants of ``service`` are planned (indexing never is: executed only)."""
+        group = self.get(service)
+        return not isinstance(group, IndexingService) and group.schedule
 
 
 class Policy(_Frozen):
@@ -346,14 +352,16 @@ class Concurrency(_Frozen):
 
     workers: int = Field(4, ge=1, le=1024)
     """Jobs (plans and executions) at once."""
-    per_service: dict[ServiceName, int] = Field(default_factory=lambda: {"compaction": 2, "clustering": 1})
+    per_service: dict[TableService, int] = Field(
+        default_factory=lambda: {TableService.COMPACTION: 2, TableService.CLUSTERING: 1}
+    )
     """Cap per service, below ``workers`` (Spark-heavy services are kept small)."""
     poll_threads: int = Field(8, ge=1, le=256)
     """Tables polled at once (each poll is one timeline listing)."""
 
     @field_validator("per_service")
     @classmethod
-    def _positive(cls, v: dict[str, int]) -> dict[str, int]:
+    def _positive(cls, v: dict[TableService, int]) -> dict[TableService, int]:
         for name, n in v.items():
             if n < 1:
                 raise ValueError(f"per_service.{name} must be at least 1 (disable the service instead)")
@@ -577,7 +585,7 @@ class _StrictLoader(yaml.SafeLoader):
 def _mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
     seen: set[Any] = set()
     for key_node, _ in node.value:
-        key = loader.construct_object(key_node, deep=deep)  # type: ignore[no-untyped-call]
+        key = loader.construct_object(key_node, deep=deep)
         if key in seen:
             raise yaml.constructor.ConstructorError(
                 None, None, f"duplicate key {key!r}", key_node.start_mark

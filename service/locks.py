@@ -259,7 +259,8 @@ class RedisTableLock(TableLockBase):
         client = await self._factory._get_client()
         value = await client.get(self._key)
         pttl = await client.pttl(self._key)
-        return value, int(pttl)
+        # the client is made without decode_responses: values come back as bytes
+        return (value.encode() if isinstance(value, str) else value), int(pttl)
 
     # ------------------------------------------------------------ keep and check
 

@@ -1,30 +1,27 @@
 """The Spark table services (compaction, log compaction, clustering, indexing): one runner with retries.
 
-``SPARK_SERVICES`` maps each service to its executor function, which has the signature of
-``executors.compaction.execute_compaction`` (``execute_log_compaction``, ``execute_clustering``,
-``execute_indexing``).
-Executor modules are imported when a job needs them, so the service layer works while one of
-them is not installed, and a poll-only daemon never imports pyspark.
+``SPARK_SERVICES`` maps each ``TableService`` that runs on Spark to its executor function, which
+has the signature of ``executors.compaction.execute_compaction`` (``execute_log_compaction``,
+``execute_clustering``, ``execute_indexing``). Executor modules are imported by name when a job
+needs them, so the service layer works while one of them is not installed, and a process that
+runs no Spark job (``hoodied --help``, ``inspect``, a poll-only daemon) never imports pyspark.
 
 ``run_spark_service`` is what both ``hoodied execute`` (through ``SparkRunner``) and the daemon
 (``service.daemon.registry``) call for a pending instant:
 
-1. a pending instant that is inflight (or that a pending rollback targets) is a failed attempt
-   unless its heartbeat is alive: it is rolled back exactly as Apache Hudi does before it
-   retries one (``service.cli.services.rollback_failed_attempt``: a rollback instant whose plan
-   deletes the attempt's files, then the service is requested again; an ``indexing`` attempt
-   has no rollback instant in Hudi and is aborted instead: its MDT partition and delta commits
-   go, the partition leaves ``hoodie.properties``, the instant is requested again);
+1. a failed attempt is rolled back first (``service.operations.recover_failed_attempt``, the one
+   owner of that decision: an inflight instant, or one a pending rollback targets, unless its
+   heartbeat is alive; an ``indexing`` attempt is aborted instead);
 2. the instant is executed from its unchanged plan.
 
 A live attempt (fresh heartbeat) is left alone: ``InstantStateError``. The completed instant
 keeps Hudi's names: a compaction completes as ``commit``, a log compaction as ``deltacommit``,
 a clustering as ``replacecommit`` (on table version 6 a pending clustering is itself a
-``replacecommit`` whose plan says CLUSTER; ``service_of`` tells them from insert-overwrites).
+``replacecommit`` whose plan says CLUSTER; ``hoodie.actions.services.service_of`` tells them
+from insert-overwrites). An indexing instant completes as ``indexing``.
 
-An indexing instant completes as ``indexing``.
-
-``SparkEngine`` owns one Spark session, started by the first job that needs it.
+``SparkEngine`` owns one Spark session, started by the first job that needs it; its owner (the
+daemon, a ``SparkRunner``) closes it.
 """
 
 from __future__ import annotations
@@ -32,35 +29,36 @@ from __future__ import annotations
 import contextlib
 import importlib
 import importlib.util
-import logging
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, ExitStack
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
+from hoodied.hoodie.actions.services import TableService, service_of
 from hoodied.hoodie.errors import InstantStateError, UnsupportedTableError
 from hoodied.hoodie.heartbeat import DEFAULT_INTERVAL_MS, DEFAULT_TOLERABLE_MISSES
 from hoodied.hoodie.locks import TableLock
 from hoodied.hoodie.properties import load_table_config
 from hoodied.hoodie.storage import Storage
 from hoodied.hoodie.timeline.active import Timeline
-from hoodied.hoodie.timeline.instant import Action, Instant, State
+from hoodied.hoodie.timeline.instant import Action, Instant
 from hoodied.hoodie.timeline.truetime import TimeSettings
-from hoodied.planners.rollback import pending_rollback_for
-from hoodied.service.cli.services import ExecuteOutcome, rollback_failed_attempt
-from hoodied.service.config import SERVICE_ACTIONS, service_of
+from hoodied.service.operations import ExecuteOutcome, ExecuteStatus, recover_failed_attempt
 
-log = logging.getLogger(__name__)
+if TYPE_CHECKING:  # the executors import pyspark: types only
+    from hoodied.executors.compaction import CompactionResult
 
 __all__ = [
+    "ENGINE_MODULE",
     "SPARK_SERVICES",
+    "Progress",
     "ServiceResult",
     "SparkEngine",
     "SparkRunner",
     "SparkService",
+    "run_compaction",
     "run_spark_service",
-    "spark_engine",
 ]
 
 #: ``progress(done, total)``: operations of the job completed so far (``executors.engine.Progress``).
@@ -78,16 +76,16 @@ class ServiceResult(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class SparkService:
-    """A Spark table service: its name (``service.config.SERVICE_ACTIONS``) and executor function."""
+    """A Spark table service and where its executor function is (imported by name when a job runs)."""
 
-    name: str
+    name: TableService
     module: str
     function: str
 
     @property
     def action(self) -> Action:
         """The pending action on table versions 8+ (version 6 clustering: a replacecommit)."""
-        return SERVICE_ACTIONS[self.name]
+        return TableService(self.name).action
 
     def available(self) -> bool:
         """The executor module is installed (it may still fail to import: then the job fails)."""
@@ -104,13 +102,18 @@ class SparkService:
         return fn
 
 
-SPARK_SERVICES: dict[str, SparkService] = {
+#: The module that starts Spark sessions (``executors.engine.spark_session``).
+ENGINE_MODULE = "hoodied.executors.engine"
+
+SPARK_SERVICES: dict[TableService, SparkService] = {
     s.name: s
     for s in (
-        SparkService("compaction", "hoodied.executors.compaction", "execute_compaction"),
-        SparkService("log_compaction", "hoodied.executors.log_compaction", "execute_log_compaction"),
-        SparkService("clustering", "hoodied.executors.clustering", "execute_clustering"),
-        SparkService("indexing", "hoodied.executors.indexing", "execute_indexing"),
+        SparkService(TableService.COMPACTION, "hoodied.executors.compaction", "execute_compaction"),
+        SparkService(
+            TableService.LOG_COMPACTION, "hoodied.executors.log_compaction", "execute_log_compaction"
+        ),
+        SparkService(TableService.CLUSTERING, "hoodied.executors.clustering", "execute_clustering"),
+        SparkService(TableService.INDEXING, "hoodied.executors.indexing", "execute_indexing"),
     )
 }
 
@@ -121,7 +124,7 @@ def run_spark_service(
     instant_time: str,
     session: Any,
     *,
-    service: str | None = None,
+    service: TableService | None = None,
     time_settings: TimeSettings | None = None,
     heartbeat_interval_ms: int = DEFAULT_INTERVAL_MS,
     tolerable_misses: int = DEFAULT_TOLERABLE_MISSES,
@@ -130,39 +133,56 @@ def run_spark_service(
 ) -> ServiceResult:
     """Execute the pending Spark service ``instant_time``, rolling back a failed attempt first.
 
-    ``service`` (``compaction``, ``log_compaction``, ``clustering``) is checked against the
-    instant when given, else taken from it. ``force`` rolls back an inflight attempt even when
+    ``service`` (a key of ``SPARK_SERVICES``) is checked against the instant when given, else
+    taken from it. ``force`` rolls back an inflight attempt even when
     its heartbeat looks alive; ``progress(done, total)`` hears of completed operations.
     """
     config = load_table_config(storage)
     timeline = Timeline.load(storage, config)
     inst = timeline.get(instant_time)
     found = service_of(timeline, inst) if inst is not None else None
-    if found not in SPARK_SERVICES or (service is not None and found != service):
+    if inst is None or found not in SPARK_SERVICES or (service is not None and found != service):
         what = (service or "Spark table service").replace("_", " ")
         raise InstantStateError(
             f"{storage.base_uri}: no {what} instant {instant_time} on the active timeline"
         )
-    assert inst is not None and found is not None
-    spec = SPARK_SERVICES[found]
-    if inst.is_pending and (inst.state is State.INFLIGHT or pending_rollback_for(timeline, instant_time)):
-        rolled = rollback_failed_attempt(
-            storage, instant_time, lock, force=force, heartbeat_interval_ms=heartbeat_interval_ms,
-            tolerable_misses=tolerable_misses, time_settings=time_settings,
-        )
-        if rolled is not None:
-            log.info("%s %s: %s", instant_time, found, rolled.summary())
-    return spec.executor()(
+    assert found is not None
+    recover_failed_attempt(
+        storage, timeline, inst, found, lock, force=force, heartbeat_interval_ms=heartbeat_interval_ms,
+        tolerable_misses=tolerable_misses, time_settings=time_settings,
+    )
+    return SPARK_SERVICES[found].executor()(
         storage, config, lock, instant_time, session, time_settings=time_settings,
         heartbeat_interval_ms=heartbeat_interval_ms, tolerable_misses=tolerable_misses, progress=progress,
     )
+
+
+def run_compaction(
+    storage: Storage,
+    lock: TableLock,
+    instant_time: str,
+    session: Any,
+    *,
+    time_settings: TimeSettings | None = None,
+    heartbeat_interval_ms: int = DEFAULT_INTERVAL_MS,
+    tolerable_misses: int = DEFAULT_TOLERABLE_MISSES,
+    force: bool = False,
+    progress: Progress | None = None,
+) -> CompactionResult:
+    """Execute the pending compaction ``instant_time`` (``run_spark_service`` for one compaction)."""
+    return cast("CompactionResult", run_spark_service(
+        storage, lock, instant_time, session, service=TableService.COMPACTION, time_settings=time_settings,
+        heartbeat_interval_ms=heartbeat_interval_ms, tolerable_misses=tolerable_misses, force=force,
+        progress=progress,
+    ))
 
 
 class SparkEngine:
     """One Spark session, started by the first job that needs it and stopped by ``close()``.
 
     pyspark is imported only then: ``service`` modules must not import it directly, and a
-    daemon with nothing to compact or cluster should not pay for it.
+    daemon with nothing to compact or cluster should not pay for it. Not shared between owners:
+    the daemon has one for every table's jobs, each ``SparkRunner`` its own.
     """
 
     def __init__(self) -> None:
@@ -173,8 +193,8 @@ class SparkEngine:
     def session(self, master: str, conf: Mapping[str, str] | None = None) -> Any:
         with self._guard:  # two first jobs at once must not start two sessions
             if self._session is None:
-                from hoodied.executors.engine import spark_session
-
+                # by name, as SPARK_SERVICES' executors: the module imports pyspark
+                spark_session = importlib.import_module(ENGINE_MODULE).spark_session
                 self._session = self._stack.enter_context(spark_session(master, dict(conf or {})))
             return self._session
 
@@ -186,14 +206,6 @@ class SparkEngine:
         with self._guard:
             self._stack.close()
             self._session = None
-
-
-_ENGINE = SparkEngine()
-
-
-def spark_engine() -> SparkEngine:
-    """The daemon's engine (``settings.spark``), shared by the jobs of every table; closed on shutdown."""
-    return _ENGINE
 
 
 @contextlib.contextmanager
@@ -233,7 +245,7 @@ class SparkRunner:
         self.progress = progress
         self._engine = SparkEngine()
 
-    def __call__(self, inst: Instant, service: str) -> ExecuteOutcome:
+    def __call__(self, inst: Instant, service: TableService) -> ExecuteOutcome:
         session = self._engine.session(self.spark, self.spark_conf)
         label = f"{service.replace('_', ' ')} {inst.requested_time}"
         with self.progress(label) as progress:
@@ -242,7 +254,7 @@ class SparkRunner:
                 time_settings=self.time_settings, heartbeat_interval_ms=self.heartbeat_interval_ms,
                 tolerable_misses=self.tolerable_misses, force=self.force, progress=progress,
             )
-        return ExecuteOutcome(result.instant, "executed", result.summary())
+        return ExecuteOutcome(result.instant, ExecuteStatus.EXECUTED, result.summary())
 
     def close(self) -> None:
         self._engine.close()

@@ -93,6 +93,7 @@ def run(ctx: click.Context, config_file: str | None, tables: tuple[str, ...], di
 
     Settings: built-in defaults < --config FILE < HOODIED_* environment < these flags.
     """
+    # the daemon's stack (anyio, prometheus, the registry) loads only for `run`
     import anyio
 
     from hoodied.service.daemon.loop import Daemon

@@ -1,4 +1,9 @@
-"""The ``hoodied`` command line.
+"""The ``hoodied`` command line: the click group, its commands and the entry point ``main``.
+
+The group adds its commands here, in one place: ``timeline``, ``inspect``, ``read``, ``demo``
+(below), ``execute`` and ``rollback`` (``service.cli.services``), ``schedule``
+(``service.cli.schedule``), ``run``, ``status`` and ``config`` (``service.cli.daemon``). No command
+module imports pyspark: a Spark session starts only in a command that runs a Spark job.
 
 Every command maps the project's typed errors to one line on standard error and an exit
 code scripts can test; ``--debug`` adds the traceback. Results go to standard output
@@ -22,7 +27,16 @@ from hoodied.hoodie.errors import (
     TableNotFoundError,
     UnsupportedTableError,
 )
+from hoodied.hoodie.timeline.instant import is_instant_time
+from hoodied.service.cli.daemon import config, run, status
+from hoodied.service.cli.schedule import schedule
+from hoodied.service.cli.services import execute, rollback
 from hoodied.service.logs import configure_logging
+
+__all__ = [
+    "EXIT_CORRUPT", "EXIT_ERROR", "EXIT_NOT_FOUND", "EXIT_OK", "EXIT_STORAGE", "EXIT_UNSUPPORTED",
+    "EXIT_USAGE", "cli", "main",
+]
 
 #: Exit codes, documented in ``hoodied --help``.
 EXIT_OK = 0
@@ -106,8 +120,6 @@ def _echo_json(value: Any) -> None:
 
 
 def _instant_option(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
-    from hoodied.hoodie.timeline.instant import is_instant_time
-
     if value is not None and not is_instant_time(value):
         raise click.BadParameter(f"{value!r} is not an instant time (17 digits, yyyyMMddHHmmssSSS)")
     return value
@@ -121,6 +133,7 @@ def _output_option(ctx: click.Context, param: click.Parameter, value: str) -> st
 
 
 def _open(table: str, *, include_history: bool = False) -> Any:
+    # the read side (and report's pyarrow.parquet) loads only for the commands that read a table
     from hoodied.hoodie.table import HoodieTable
 
     return HoodieTable.open(table, include_history=include_history)
@@ -230,25 +243,8 @@ def demo(path: str, as_json: bool) -> None:
     )
 
 
-def _register_service_commands() -> None:
-    from hoodied.service.cli.daemon import COMMANDS as DAEMON_COMMANDS
-    from hoodied.service.cli.services import COMMANDS
-
-    for command in [*COMMANDS, *DAEMON_COMMANDS]:
-        cli.add_command(command)
-    _register_spark_schedules()
-
-
-def _register_spark_schedules() -> None:
-    """``schedule compaction|log-compaction|clustering`` (their module reaches the executors: kept apart)."""
-    from hoodied.service.cli.schedule import SCHEDULE_COMMANDS
-    from hoodied.service.cli.services import schedule
-
-    for command in SCHEDULE_COMMANDS:
-        schedule.add_command(command)
-
-
-_register_service_commands()
+for _command in (execute, rollback, schedule, run, status, config):
+    cli.add_command(_command)
 
 
 def main(argv: list[str] | None = None) -> None:

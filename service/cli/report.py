@@ -23,6 +23,8 @@ from hoodied.hoodie.table import HoodieTable, Listing
 from hoodied.hoodie.timeline.active import Timeline
 from hoodied.hoodie.timeline.instant import Action, Instant
 
+__all__ = ["committed_listing_drift", "inspect_table", "render_inspect", "timeline_rows", "write_snapshot"]
+
 
 def _plan_summary(timeline: Timeline, instant: Instant) -> str | None:
     plan = timeline.plan(instant)
@@ -49,7 +51,7 @@ def timeline_rows(table: HoodieTable) -> list[dict[str, Any]]:
 def inspect_table(table: HoodieTable) -> dict[str, Any]:
     """The facts ``hoodied inspect`` shows, as plain data."""
     cfg = table.config
-    listing = "metadata" if table.uses_metadata_listing() else "storage"
+    listing: Listing = "metadata" if table.uses_metadata_listing() else "storage"
     view = table.file_system_view(listing=listing)
     slices = list(view.latest_slices())
     groups = list(view.file_groups())

@@ -1,98 +1,103 @@
-"""The Spark table services on the command line: ``hoodied schedule compaction|log-compaction|clustering``.
+"""``hoodied schedule clean|compaction|log-compaction|clustering``: plan one instant of a service.
 
-Each ``schedule`` command plans one instant of its service under the table lock with a TrueTime
-instant and prints it with a one-line summary (``--dry-run``: the summary only, nothing
-written). Options are Hudi's keys, repeatable ``--option KEY=VALUE``:
+Each command plans under the table lock with a TrueTime instant, writes the requested instant and
+prints it with a one-line summary (``--dry-run``: the summary only, nothing written; nothing due:
+why). The planners own the work (``planners.clean.schedule_clean``,
+``planners.compaction.schedule_compaction``, ...); this module only turns options into settings.
 
-- compaction (``planners.compaction``): ``hoodie.compact.inline.max.delta.commits``,
-  ``hoodie.compact.inline.trigger.strategy``, ``hoodie.compaction.strategy``,
-  ``hoodie.compaction.target.io``, ...;
-- log compaction (``planners.log_compaction``): ``hoodie.log.compaction.blocks.threshold``;
-- clustering (``planners.clustering``): ``hoodie.clustering.plan.strategy.*`` (the keys of
+- clean: ``--policy`` (``hoodie.clean.policy``) and ``--retained``. A pending clean blocks a new
+  plan, so concurrent schedulers produce exactly one.
+- compaction, log compaction, clustering: Hudi's keys, repeatable ``--option KEY=VALUE``:
+  ``hoodie.compact.inline.max.delta.commits``, ``hoodie.compaction.strategy``, ...;
+  ``hoodie.log.compaction.blocks.threshold``; ``hoodie.clustering.plan.strategy.*`` (the keys of
   ``service.config.CLUSTERING_OPTION_KEYS``).
 
-Pending instants of these services are executed by ``hoodied execute`` through
-``service.spark_jobs.SparkRunner`` (rollback-then-retry); ``run_compaction`` is that runner's
-function for one compaction.
+Pending instants are executed by ``hoodied execute`` (``service.cli.services``).
 """
 
 from __future__ import annotations
 
-import contextlib
-import importlib.util
-import sys
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Any, cast
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import click
 
-from hoodied.executors.compaction import CompactionResult
-from hoodied.executors.engine import Progress, Session
-from hoodied.hoodie.heartbeat import DEFAULT_INTERVAL_MS, DEFAULT_TOLERABLE_MISSES
-from hoodied.hoodie.locks import TableLock
-from hoodied.hoodie.storage import Storage
+from hoodied.hoodie.locks import LockSettings
+from hoodied.hoodie.storage import storage_for
+from hoodied.hoodie.timeline.instant import Instant
 from hoodied.hoodie.timeline.truetime import TimeSettings
-from hoodied.service.cli.services import lock_options, schedule_and_report
+from hoodied.planners.clean import CleanPolicy, CleanSettings, schedule_clean
+from hoodied.planners.clustering import schedule_clustering
+from hoodied.planners.compaction import CompactionSettings, schedule_compaction
+from hoodied.planners.log_compaction import LogCompactionSettings, schedule_log_compaction
+from hoodied.service.cli.options import lock_options, parse_key_values
 from hoodied.service.config import ClusteringService
-from hoodied.service.spark_jobs import run_spark_service
+from hoodied.service.locks import lock_from_option
 
-__all__ = ["SCHEDULE_COMMANDS", "parse_key_values", "progress_bar", "run_compaction"]
-
-
-def run_compaction(
-    storage: Storage,
-    lock: TableLock,
-    instant_time: str,
-    session: Session,
-    *,
-    time_settings: TimeSettings | None = None,
-    heartbeat_interval_ms: int = DEFAULT_INTERVAL_MS,
-    tolerable_misses: int = DEFAULT_TOLERABLE_MISSES,
-    force: bool = False,
-    progress: Progress | None = None,
-) -> CompactionResult:
-    """Execute the pending compaction ``instant_time``, rolling back a failed attempt first
-    (``service.spark_jobs.run_spark_service``)."""
-    return cast(CompactionResult, run_spark_service(
-        storage, lock, instant_time, session, service="compaction", time_settings=time_settings,
-        heartbeat_interval_ms=heartbeat_interval_ms, tolerable_misses=tolerable_misses, force=force,
-        progress=progress,
-    ))
-
-
-@contextlib.contextmanager
-def progress_bar(label: str, enabled: bool) -> Iterator[Progress | None]:
-    """A stderr progress bar of operations done / total (``hoodied read``'s style), or nothing."""
-    if not enabled:
-        yield None
-        return
-    with click.progressbar(length=1, label=label, file=sys.stderr, show_pos=True) as bar:
-
-        def update(done: int, total: int) -> None:
-            bar.length = max(total, 1)
-            bar.update(done - bar.pos)
-
-        yield update
-
-
-def terminal_progress(label: str) -> contextlib.AbstractContextManager[Progress | None]:
-    """``SparkRunner``'s progress: a bar when standard error is a terminal."""
-    return progress_bar(label, sys.stderr.isatty())
-
-
-def parse_key_values(values: Iterable[str], what: str) -> dict[str, str]:
-    """``["k=v", ...]`` -> dict; a value without ``=`` is a usage error naming ``what``."""
-    out: dict[str, str] = {}
-    for item in values:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise click.BadParameter(f"{item!r}: expected KEY=VALUE", param_hint=what)
-        out[key.strip()] = value.strip()
-    return out
-
+__all__ = ["schedule", "schedule_and_report"]
 
 #: schedule(storage, lock, settings, *, dry_run, time_settings) -> (Instant | None, plan result)
-Scheduler = Callable[..., tuple[Any, Any]]
+Scheduler = Callable[..., tuple[Instant | None, Any]]
+
+
+def schedule_and_report(
+    label: str,
+    scheduler: Scheduler,
+    settings: Any,
+    table: str,
+    dry_run: bool,
+    lock_option: str,
+    lock_wait_ms: int,
+    lock_retries: int,
+    clock_skew_ms: int,
+) -> None:
+    """Run a ``schedule`` command: ``scheduler(storage, lock, settings, *, dry_run, time_settings)``
+    under the ``--lock`` options, then print the new instant and the plan's summary (a dry run:
+    the summary; nothing due: why)."""
+    storage = storage_for(table)
+    lock, factory = lock_from_option(lock_option, storage, LockSettings(wait_ms=lock_wait_ms,
+                                                                         retries=lock_retries))
+    try:
+        instant, result = scheduler(storage, lock, settings, dry_run=dry_run,
+                                    time_settings=TimeSettings(max_expected_clock_skew_ms=clock_skew_ms))
+    finally:
+        if factory is not None:
+            factory.close()
+    if instant is not None:
+        click.echo(f"{instant.requested_time} {label} requested: {result.summary()}")
+    elif result.plan is not None:
+        click.echo(f"dry run: {result.summary()}")
+    else:
+        click.echo(result.summary())
+
+
+@click.group()
+def schedule() -> None:
+    """Plan a table service and write its requested instant."""
+
+
+@schedule.command("clean")
+@click.argument("table")
+@click.option("--policy", type=click.Choice([p.value for p in CleanPolicy]),
+              default=CleanPolicy.KEEP_LATEST_COMMITS.value, show_default=True, help="hoodie.clean.policy")
+@click.option("--retained", type=click.IntRange(min=1), default=None,
+              help="Commits retained (default 10), file versions (default 3) or hours (default 24).")
+@click.option("--dry-run", is_flag=True, help="Print the plan summary, write nothing.")
+@lock_options
+def schedule_clean_command(table: str, policy: str, retained: int | None, dry_run: bool, lock_option: str,
+                           lock_wait_ms: int, lock_retries: int, clock_skew_ms: int) -> None:
+    """Plan a clean (HoodieCleanerPlan) and print the new instant and a summary, or why nothing is due."""
+    chosen = CleanPolicy(policy)
+    kw: dict[str, int] = {}
+    if retained is not None:
+        kw = {
+            CleanPolicy.KEEP_LATEST_COMMITS: {"commits_retained": retained},
+            CleanPolicy.KEEP_LATEST_FILE_VERSIONS: {"file_versions_retained": retained},
+            CleanPolicy.KEEP_LATEST_BY_HOURS: {"hours_retained": retained},
+        }[chosen]
+    settings = CleanSettings(policy=chosen, **kw)  # type: ignore[arg-type]
+    schedule_and_report("clean", schedule_clean, settings, table, dry_run, lock_option, lock_wait_ms,
+                        lock_retries, clock_skew_ms)
 
 
 def _schedule_command(
@@ -100,7 +105,7 @@ def _schedule_command(
     help_text: str,
     option_help: str,
     settings_from: Callable[[Mapping[str, str]], Any],
-    scheduler: Callable[[], Scheduler],
+    scheduler: Scheduler,
 ) -> click.Command:
     """``schedule NAME TABLE [--option KEY=VALUE ...] [--dry-run]`` for one Spark service."""
     label = name.replace("-", " ")
@@ -116,40 +121,10 @@ def _schedule_command(
             settings = settings_from(parse_key_values(options, "--option"))
         except ValueError as exc:
             raise click.BadParameter(str(exc), param_hint="--option") from None
-        schedule_and_report(label, scheduler(), settings, table, dry_run, lock_option, lock_wait_ms,
+        schedule_and_report(label, scheduler, settings, table, dry_run, lock_option, lock_wait_ms,
                             lock_retries, clock_skew_ms)
 
     return command
-
-
-def _compaction_settings(options: Mapping[str, str]) -> Any:
-    from hoodied.planners.compaction import CompactionSettings
-
-    return CompactionSettings.from_options(options)
-
-
-def _compaction_scheduler() -> Scheduler:
-    from hoodied.planners.compaction import schedule_compaction
-
-    return schedule_compaction
-
-
-def _log_compaction_settings(options: Mapping[str, str]) -> Any:
-    from hoodied.planners.log_compaction import LogCompactionSettings
-
-    return LogCompactionSettings.from_options(options)
-
-
-def _log_compaction_scheduler() -> Scheduler:
-    from hoodied.planners.log_compaction import schedule_log_compaction
-
-    return schedule_log_compaction
-
-
-def _clustering_scheduler() -> Scheduler:
-    from hoodied.planners.clustering import schedule_clustering
-
-    return schedule_clustering
 
 
 _COMPACTION = _schedule_command(
@@ -159,16 +134,16 @@ _COMPACTION = _schedule_command(
     "hoodie.compact.inline.max.delta.seconds (3600), hoodie.compact.inline.trigger.strategy "
     "(NUM_COMMITS), hoodie.compaction.strategy (LogFileSizeBasedCompactionStrategy), "
     "hoodie.compaction.target.io (512000 MB), hoodie.compaction.logfile.size.threshold (0).",
-    _compaction_settings,
-    _compaction_scheduler,
+    CompactionSettings.from_options,
+    schedule_compaction,
 )
 _LOG_COMPACTION = _schedule_command(
     "log-compaction",
     "Plan a log compaction of a merge-on-read table (file slices with many log blocks); print the "
     "instant and a summary.",
     "A Hudi log compaction option, repeatable: hoodie.log.compaction.blocks.threshold (5).",
-    _log_compaction_settings,
-    _log_compaction_scheduler,
+    LogCompactionSettings.from_options,
+    schedule_log_compaction,
 )
 _CLUSTERING = _schedule_command(
     "clustering",
@@ -178,17 +153,8 @@ _CLUSTERING = _schedule_command(
     "(314572800 bytes), .max.bytes.per.group (2147483648), .target.file.max.bytes (1073741824), "
     ".max.num.groups (30), .sort.columns (none), .single.group.clustering.enabled (true).",
     lambda options: ClusteringService.from_options(options).settings(),
-    _clustering_scheduler,
+    schedule_clustering,
 )
 
-#: ``schedule`` sub-commands of the Spark services whose planner is installed
-#: (``service.cli.main`` adds them).
-SCHEDULE_COMMANDS = [
-    command
-    for command, planner in (
-        (_COMPACTION, "hoodied.planners.compaction"),
-        (_LOG_COMPACTION, "hoodied.planners.log_compaction"),
-        (_CLUSTERING, "hoodied.planners.clustering"),
-    )
-    if importlib.util.find_spec(planner) is not None
-]
+for _command in (_COMPACTION, _LOG_COMPACTION, _CLUSTERING):
+    schedule.add_command(_command)

@@ -8,18 +8,20 @@ Routes (GET or HEAD; anything else is 405, unknown paths 404):
 - ``/readyz``: readiness. 503 while starting (no poll cycle yet), while draining after
   SIGTERM, or when Redis (the lock service) does not answer; the Redis check is cached for
   ``READY_CACHE_S`` so probes cannot hammer it.
-- ``/status``: the JSON document of ``Daemon.status()`` (what ``hoodied status`` shows).
+- ``/status``: the JSON document of ``service.daemon.status.status_document`` (what
+  ``hoodied status`` shows).
 
 HTTP/1.0-style: one request per connection, answered and closed. Requests larger than
 ``MAX_REQUEST`` bytes or slower than ``READ_TIMEOUT_S`` are dropped. The server handles no
-signals; it stops when the daemon's task group is cancelled.
+signals; it stops when the daemon's task group is cancelled. It reads the daemon through
+``service.daemon.status.DaemonView``.
 """
 
 from __future__ import annotations
 
 import json
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import anyio
 import structlog
@@ -27,9 +29,7 @@ from anyio.abc import Listener, SocketAttribute, SocketStream
 
 from hoodied.hoodie.errors import HoodieServiceError
 from hoodied.service.daemon.metrics import CONTENT_TYPE
-
-if TYPE_CHECKING:
-    from hoodied.service.daemon.loop import Daemon
+from hoodied.service.daemon.status import DaemonView, status_document
 
 __all__ = ["HttpBindError", "listen", "serve_http"]
 
@@ -51,7 +51,7 @@ class _Ready:
         self.checked_at = -1e18
         self.problem: str | None = None
 
-    async def lock_service_problem(self, daemon: Daemon) -> str | None:
+    async def lock_service_problem(self, daemon: DaemonView) -> str | None:
         factory = daemon.factory
         if factory is None:
             return None
@@ -73,7 +73,7 @@ class _Ready:
         return self.problem
 
 
-async def _respond(daemon: Daemon, ready: _Ready, path: str) -> tuple[int, str, bytes]:
+async def _respond(daemon: DaemonView, ready: _Ready, path: str) -> tuple[int, str, bytes]:
     if path == "/metrics":
         return 200, CONTENT_TYPE, daemon.metrics.render()
     if path == "/healthz":
@@ -93,7 +93,7 @@ async def _respond(daemon: Daemon, ready: _Ready, path: str) -> tuple[int, str, 
             return 503, "text/plain", f"{problem}\n".encode()
         return 200, "text/plain", b"ready\n"
     if path == "/status":
-        body = json.dumps(daemon.status(), default=str).encode()
+        body = json.dumps(status_document(daemon), default=str).encode()
         return 200, "application/json", body
     return 404, "text/plain", b"not found\n"
 
@@ -109,7 +109,7 @@ async def _read_head(stream: SocketStream) -> bytes:
     return data
 
 
-async def _handle(daemon: Daemon, ready: _Ready, stream: SocketStream) -> None:
+async def _handle(daemon: DaemonView, ready: _Ready, stream: SocketStream) -> None:
     async with stream:
         try:
             head = await _read_head(stream)
@@ -152,7 +152,7 @@ async def listen(host: str, port: int) -> tuple[Listener[SocketStream], int]:
     return listener, int(bound)
 
 
-async def serve_http(listener: Listener[SocketStream], daemon: Daemon) -> None:
+async def serve_http(listener: Listener[SocketStream], daemon: DaemonView) -> None:
     """Serve the routes on ``listener`` until cancelled."""
     ready = _Ready()
 

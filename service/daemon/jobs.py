@@ -2,14 +2,15 @@
 
 ``execute(job, ...)``: take the table's job slot (Redis only; ``service.daemon.leases``) and the
 instant's lease (one non-blocking try each: busy means another replica has the table or the
-instant), roll back a failed attempt first when the executor cannot resume
-one, run the executor, release the lease. ``plan(job, ...)``: run the service's planner.
-Both return a ``JobOutcome``; they never raise for errors of the table or the work, so the
-loop decides retries and quarantine from one place (``outcome`` and ``retryable``).
+instant), run the executor (which rolls a failed attempt back first when it cannot resume one:
+``service.operations.recover_failed_attempt``), release the lease. ``plan(job, ...)``: run the
+service's planner. Both return a ``JobOutcome`` (an ``Outcome``); they never raise for errors of
+the table or the work, so the loop decides retries and quarantine from one place (``outcome``
+and ``retryable``).
 
 How errors are read (``classify``):
 
-- ``InstantStateError`` naming a live heartbeat: ``skipped``, another executor is at work;
+- ``HeartbeatAliveError`` (the instant's heartbeat is fresh): ``skipped``, another executor is at work;
   ``InstantNotReadyError`` (an indexing waiting for pending data writes): ``skipped`` too, tried
   again at the next poll;
 - ``HoodieFormatError`` / ``TableNotFoundError``: ``corrupt``; executors and planners check
@@ -36,13 +37,16 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from enum import StrEnum
 from types import TracebackType
 
+from hoodied.hoodie.actions.services import TableService
 from hoodied.hoodie.errors import (
+    HeartbeatAliveError,
     HoodieFormatError,
     InstantNotReadyError,
-    InstantStateError,
     LockError,
+    LockServiceDownError,
     LockUnavailableError,
     TableNotFoundError,
     UnsupportedTableError,
@@ -52,24 +56,62 @@ from hoodied.hoodie.locks import TableLock, TableLockBase
 from hoodied.hoodie.properties import TableConfig
 from hoodied.hoodie.storage import Storage
 from hoodied.hoodie.timeline.active import Timeline
-from hoodied.hoodie.timeline.instant import Instant, State
+from hoodied.hoodie.timeline.instant import Instant
 from hoodied.hoodie.timeline.truetime import TimeSettings
 from hoodied.service.config import DaemonConfig, Policy
 from hoodied.service.daemon.leases import make_lease, make_table_slot
 from hoodied.service.daemon.registry import ExecutorSpec, JobContext, PlanContext, PlannerSpec
 from hoodied.service.locks import LocalFileLock, RedisLockFactory
+from hoodied.service.spark_jobs import SparkEngine
 
 log = logging.getLogger("hoodied.job")
 
-__all__ = ["Job", "JobOutcome", "TimedLock", "classify", "execute", "plan"]
+__all__ = ["Job", "JobKind", "JobOutcome", "Outcome", "TimedLock", "classify", "execute", "plan"]
+
+
+class JobKind(StrEnum):
+    """What a job does: run a pending instant or plan a service."""
+
+    EXECUTE = "execute"
+    PLAN = "plan"
+
+
+class Outcome(StrEnum):
+    """How a job ended; the value is the ``outcome`` label of the metrics and ``/status``."""
+
+    SUCCESS = "success"
+    """The instant was executed."""
+    PLANNED = "planned"
+    """A new instant was requested."""
+    NOTHING_DUE = "nothing_due"
+    """The planner found nothing to do."""
+    ALREADY_DONE = "already_done"
+    """Another executor completed the instant since the poll."""
+    SKIPPED = "skipped"
+    """Another executor is alive on the instant, or it waits for pending writes: held until the next poll."""
+    CLAIMED = "claimed"
+    """Another replica holds the table's slot or the instant's lease."""
+    LOCK_UNAVAILABLE = "lock_unavailable"
+    """The lock service is down (or the table lock stayed busy): retried, never a quarantine."""
+    UNSUPPORTED = "unsupported"
+    """The instant or service is one hoodied cannot do: left waiting."""
+    CORRUPT = "corrupt"
+    """A file of the table is corrupt: the table is quarantined."""
+    FAILED = "failed"
+    """Any other error: retried with backoff until the attempts run out."""
+    HANDED_BACK = "handed_back"
+    """Stopped by the daemon's shutdown."""
 
 
 @dataclass(slots=True)
 class JobOutcome:
-    outcome: str
+    outcome: Outcome
     message: str
     retryable: bool = False
     seconds: float = 0.0
+
+    def __post_init__(self) -> None:
+        self.outcome = Outcome(self.outcome)  # a misspelt outcome fails here, not in the books
 
 
 @dataclass(slots=True)
@@ -79,8 +121,9 @@ class Job:
     table_uri: str
     storage: Storage
     config: TableConfig
-    service: str
+    service: TableService
     action: str
+    """The service's action, naming the job in logs and metrics (a v6 clustering: ``clustering``)."""
     policy: Policy
     instant: Instant | None = None
     timeline: Timeline | None = None
@@ -168,22 +211,16 @@ def _one_line(exc: BaseException) -> str:
 def classify(exc: BaseException, cancel: threading.Event) -> JobOutcome:
     """An error of a job -> its outcome (see the module docstring)."""
     if cancel.is_set():
-        return JobOutcome("handed_back", f"stopped by shutdown: {_one_line(exc)}")
-    if isinstance(exc, InstantNotReadyError) or (
-            isinstance(exc, InstantStateError) and "live heartbeat" in str(exc)):
-        return JobOutcome("skipped", str(exc))
+        return JobOutcome(Outcome.HANDED_BACK, f"stopped by shutdown: {_one_line(exc)}")
+    if isinstance(exc, InstantNotReadyError | HeartbeatAliveError):
+        return JobOutcome(Outcome.SKIPPED, str(exc))
     if isinstance(exc, HoodieFormatError | TableNotFoundError):
-        return JobOutcome("corrupt", str(exc))
+        return JobOutcome(Outcome.CORRUPT, str(exc))
     if isinstance(exc, UnsupportedTableError):
-        return JobOutcome("unsupported", str(exc))
+        return JobOutcome(Outcome.UNSUPPORTED, str(exc))
     if isinstance(exc, LockError):
-        return JobOutcome("lock_unavailable", _one_line(exc), retryable=True)
-    return JobOutcome("failed", _one_line(exc), retryable=True)
-
-
-def _lock_service_down(exc: LockUnavailableError) -> bool:
-    # TableLockBase.acquire names the last attempt's problem; a busy lease says "held by ..."
-    return "lock service unreachable" in str(exc)
+        return JobOutcome(Outcome.LOCK_UNAVAILABLE, _one_line(exc), retryable=True)
+    return JobOutcome(Outcome.FAILED, _one_line(exc), retryable=True)
 
 
 def execute(
@@ -192,8 +229,10 @@ def execute(
     settings: DaemonConfig,
     factory: RedisLockFactory | None,
     on_lock_wait: Callable[[float], None],
+    engine: SparkEngine,
 ) -> JobOutcome:
-    """Run the pending instant ``job.instant`` with ``spec`` (see the module docstring)."""
+    """Run the pending instant ``job.instant`` with ``spec`` (see the module docstring);
+    ``engine`` is the daemon's Spark engine, handed to the executor."""
     assert job.instant is not None
     started = time.monotonic()
     t = job.instant.requested_time
@@ -204,7 +243,7 @@ def execute(
             return refused
         job.slot = slot
     try:
-        return _execute_leased(job, spec, settings, factory, on_lock_wait, started)
+        return _execute_leased(job, spec, settings, factory, on_lock_wait, engine, started)
     finally:
         if slot is not None and not job.abandoned:
             slot.release()
@@ -215,10 +254,10 @@ def _take(lock: TableLockBase, t: str, busy: str, started: float) -> JobOutcome 
     try:
         lock.acquire()
     except LockUnavailableError as exc:
-        if _lock_service_down(exc):
-            return JobOutcome("lock_unavailable", f"{t}: not started: {_one_line(exc)}", retryable=True,
-                              seconds=time.monotonic() - started)
-        return JobOutcome("claimed", f"{t}: {busy} ({exc})", seconds=time.monotonic() - started)
+        if isinstance(exc, LockServiceDownError):  # else busy: another replica holds it
+            return JobOutcome(Outcome.LOCK_UNAVAILABLE, f"{t}: not started: {_one_line(exc)}",
+                              retryable=True, seconds=time.monotonic() - started)
+        return JobOutcome(Outcome.CLAIMED, f"{t}: {busy} ({exc})", seconds=time.monotonic() - started)
     return None
 
 
@@ -228,10 +267,9 @@ def _execute_leased(
     settings: DaemonConfig,
     factory: RedisLockFactory | None,
     on_lock_wait: Callable[[float], None],
+    engine: SparkEngine,
     started: float,
 ) -> JobOutcome:
-    from hoodied.service.cli.services import rollback_failed_attempt  # a command module: imported when needed
-
     assert job.instant is not None
     t = job.instant.requested_time
     lease = make_lease(factory, job.storage, t, settings.lock.lease_settings())
@@ -245,25 +283,16 @@ def _execute_leased(
         instant = Timeline.load(job.storage, job.config).get(t)
         if instant is None or instant.is_completed:
             gone = "completed" if instant is not None else "gone from the timeline"
-            return JobOutcome("already_done", f"{t}: {gone} since the poll (another executor)",
+            return JobOutcome(Outcome.ALREADY_DONE, f"{t}: {gone} since the poll (another executor)",
                               seconds=time.monotonic() - started)
         lock = TimedLock(table_lock(factory, settings, job.storage), on_lock_wait)
-        if instant.state is State.INFLIGHT and not spec.resumes_inflight:
-            hb = settings.heartbeat
-            log.info("%s %s: rolling back the failed attempt before running it again", spec.action.value, t)
-            rollback_failed_attempt(
-                job.storage, t, lock, heartbeat_interval_ms=hb.interval_ms,
-                tolerable_misses=hb.tolerable_misses, time_settings=time_settings,
-            )
-            instant = instant.with_state(State.REQUESTED)
         ctx = JobContext(
-            job.storage, job.config, instant, lock, job.policy, settings, time_settings, job.cancel
+            job.storage, job.config, instant, lock, job.policy, settings, time_settings, job.cancel, engine
         )
-        message = spec.run(ctx)
-        outcome = JobOutcome("success", message)
+        outcome = JobOutcome(Outcome.SUCCESS, spec.run(ctx))
     except Exception as exc:
         outcome = classify(exc, job.cancel)
-        if outcome.outcome == "failed":
+        if outcome.outcome is Outcome.FAILED:
             log.warning("%s %s failed", spec.action.value, t, exc_info=True)
     finally:
         if not job.abandoned:
@@ -288,13 +317,13 @@ def plan(
     try:
         result = spec.plan(ctx)
         if result.instant is not None:
-            outcome = JobOutcome("planned", f"{result.instant.requested_time} {job.action} requested: "
-                                            f"{result.summary}")
+            outcome = JobOutcome(Outcome.PLANNED, f"{result.instant.requested_time} {job.action} requested: "
+                                                  f"{result.summary}")
         else:
-            outcome = JobOutcome("nothing_due", result.summary)
+            outcome = JobOutcome(Outcome.NOTHING_DUE, result.summary)
     except Exception as exc:
         outcome = classify(exc, job.cancel)
-        if outcome.outcome == "failed":
+        if outcome.outcome is Outcome.FAILED:
             log.warning("planning %s failed", job.service, exc_info=True)
     outcome.seconds = time.monotonic() - started
     return outcome

@@ -2,7 +2,10 @@
 
 This module runs the loop; ``service.daemon.table_state`` keeps each table's books and decides
 what is ready and what an outcome means, ``service.daemon.status`` renders ``/status`` and the
-metrics snapshot, ``service.daemon.jobs`` runs one job in a worker thread.
+metrics snapshot, ``service.daemon.jobs`` runs one job in a worker thread. A ``Daemon`` owns
+what its jobs share: the registry of executors and planners (``service.daemon.registry.build_registry``
+unless one is given) and one ``SparkEngine``, whose session starts with the first Spark job and is
+closed when ``run`` ends.
 
 Root tasks: the work loop (discover, poll, dispatch), the HTTP endpoint
 (``service.daemon.http``, on this event loop) and, from the command line, the signal watcher.
@@ -48,6 +51,7 @@ the work they lead to (a plan, then its execution), and returns.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import signal
@@ -61,16 +65,17 @@ import structlog
 
 from hoodied.hoodie.errors import HoodieFormatError, TableNotFoundError, UnsupportedTableError
 from hoodied.hoodie.storage import Storage, storage_for
-from hoodied.service.config import SERVICE_ACTIONS, DaemonConfig, DiscoverRoot
+from hoodied.service.config import DaemonConfig, DiscoverRoot
 from hoodied.service.daemon import jobs as joblib
-from hoodied.service.daemon.jobs import Job, JobOutcome
+from hoodied.service.daemon.http import listen, serve_http
+from hoodied.service.daemon.jobs import Job, JobKind, JobOutcome, Outcome
 from hoodied.service.daemon.metrics import Metrics, StateSnapshot
 from hoodied.service.daemon.poll import PollResult, discover_tables, poll_table
-from hoodied.service.daemon.registry import Registry, default_registry
+from hoodied.service.daemon.registry import Registry, build_registry
 from hoodied.service.daemon.status import state_snapshot, status_document
 from hoodied.service.daemon.table_state import Candidate, TableState, next_for_table, record_outcome
 from hoodied.service.locks import RedisLockFactory
-from hoodied.service.spark_jobs import spark_engine
+from hoodied.service.spark_jobs import SparkEngine
 
 __all__ = ["Daemon", "TableState"]
 
@@ -88,7 +93,9 @@ class Daemon:
     ) -> None:
         self.settings = settings
         self.once = once
-        self.registry = registry or default_registry()
+        self.registry = registry or build_registry()
+        self.engine = SparkEngine()
+        """The Spark session of every table's Spark jobs: started by the first, closed when ``run`` ends."""
         self.tables: dict[str, TableState] = {
             t.path: TableState(t.path, t.policy, "config") for t in settings.tables
         }
@@ -116,8 +123,6 @@ class Daemon:
 
     async def run(self, *, handle_signals: bool = False) -> int:
         """Serve until stopped (or one pass with ``once``); the process exit code."""
-        from hoodied.service.daemon.http import listen, serve_http
-
         s = self.settings
         self._wake = anyio.Event()
         self._make_limiters()
@@ -147,10 +152,9 @@ class Daemon:
                     await listener.aclose()
             for job in self.abandoned:
                 job.release_after_abandon()
-            engine = spark_engine()
-            if engine.started:  # jobs are over or abandoned: their instants stay recoverable
+            if self.engine.started:  # jobs are over or abandoned: their instants stay recoverable
                 with anyio.CancelScope(shield=True):
-                    await anyio.to_thread.run_sync(engine.close)
+                    await anyio.to_thread.run_sync(self.engine.close)
             if self.factory is not None:
                 self.factory.close()
         why = self.stop_reason or ("one pass done" if self.once else "stopped")
@@ -359,7 +363,7 @@ class Daemon:
         for c in candidates:
             if len(self.running) >= self.settings.concurrency.workers:
                 break
-            limit = limits.get(c.service)  # type: ignore[call-overload]
+            limit = limits.get(c.service)
             if limit is not None and busy[c.service] >= limit:
                 continue
             busy[c.service] += 1
@@ -370,39 +374,45 @@ class Daemon:
         assert ts.poll is not None and ts.storage is not None and self._jobs_tg is not None
         instant = c.item.instant if c.item is not None else None
         # the service's action names the job in logs and metrics (a v6 clustering replacecommit: clustering)
-        action = SERVICE_ACTIONS[c.service].value
+        action = c.service.action.value
         job = Job(ts.uri, ts.storage, ts.poll.config, c.service, action, ts.policy, instant, ts.poll.timeline)
         self.running[ts.uri] = job
         self._jobs_tg.start_soon(self._run_job, ts, job, c.kind)
 
-    async def _run_job(self, ts: TableState, job: Job, kind: str) -> None:
+    async def _run_job(self, ts: TableState, job: Job, kind: JobKind) -> None:
         instant = job.instant.requested_time if job.instant is not None else None
         with structlog.contextvars.bound_contextvars(table=ts.uri, action=job.action, instant=instant):
             log.info("job started", kind=kind, state=job.instant.state.value if job.instant else None)
-            if kind == "execute":
-                spec: Any = self.registry.executor_for(SERVICE_ACTIONS[job.service])
-                fn: Any = joblib.execute
-            else:
-                spec, fn = self.registry.planners[job.service], joblib.plan
-            lock_wait = self.metrics.lock_wait.labels(job.action)
             try:
                 outcome = await anyio.to_thread.run_sync(
-                    fn, job, spec, self.settings, self.factory, lock_wait.observe,
-                    limiter=self._job_limiter, abandon_on_cancel=True,
+                    self._work_of(job, kind), limiter=self._job_limiter, abandon_on_cancel=True
                 )
             except anyio.get_cancelled_exc_class():
                 log.warning("job abandoned: the daemon stops while it runs")
                 raise
             except Exception as exc:  # the runners catch the work's errors; this is a bug of ours
                 log.exception("job runner failed")
-                outcome = JobOutcome("failed", f"{type(exc).__name__}: {exc}", retryable=True)
+                outcome = JobOutcome(Outcome.FAILED, f"{type(exc).__name__}: {exc}", retryable=True)
             self._finish(ts, job, kind, outcome)
 
-    def _finish(self, ts: TableState, job: Job, kind: str, outcome: JobOutcome) -> None:
+    def _work_of(self, job: Job, kind: JobKind) -> functools.partial[JobOutcome]:
+        """The job's runner with its arguments, for a worker thread."""
+        observe = self.metrics.lock_wait.labels(job.action).observe
+        if kind == JobKind.PLAN:
+            planner = self.registry.planners[job.service]
+            return functools.partial(joblib.plan, job, planner, self.settings, self.factory, observe)
+        executor = self.registry.executor_for(job.service.action)
+        if executor is None:  # dispatch checks first (table_state.item_status): a bug of ours
+            raise LookupError(f"no executor for {job.service}")
+        return functools.partial(
+            joblib.execute, job, executor, self.settings, self.factory, observe, self.engine
+        )
+
+    def _finish(self, ts: TableState, job: Job, kind: JobKind, outcome: JobOutcome) -> None:
         self.running.pop(ts.uri, None)
         self._touched.add(ts.uri)
         self._poke()
-        if kind == "execute":
+        if kind == JobKind.EXECUTE:
             self.metrics.jobs.labels(ts.uri, job.action, outcome.outcome).inc()
             self.metrics.job_duration.labels(job.action, outcome.outcome).observe(outcome.seconds)
         else:

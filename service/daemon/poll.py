@@ -40,12 +40,13 @@ from dataclasses import dataclass, field
 from datetime import tzinfo
 from urllib.parse import unquote, urlparse
 
+from hoodied.hoodie.actions.services import TableService, service_of
 from hoodied.hoodie.heartbeat import HEARTBEAT_FOLDER
 from hoodied.hoodie.properties import TableConfig, load_table_config
 from hoodied.hoodie.storage import Storage
 from hoodied.hoodie.timeline.active import Timeline, instant_time_to_datetime, parse_timeline_file_name
 from hoodied.hoodie.timeline.instant import Action, Instant, State
-from hoodied.service.config import HeartbeatConfig, Policy, service_of
+from hoodied.service.config import HeartbeatConfig, Policy
 from hoodied.service.daemon.registry import Registry
 
 __all__ = ["PendingItem", "PollResult", "discover_tables", "instant_epoch", "poll_table"]
@@ -64,7 +65,7 @@ class PendingItem:
     """A pending table-service instant as the poll saw it."""
 
     instant: Instant
-    service: str | None
+    service: TableService | None
     heartbeat_alive: bool
     """Inflight only: its Hudi heartbeat is fresh, so another executor is working on it."""
     requested_epoch: float
@@ -79,7 +80,7 @@ class PollResult:
     names: frozenset[str] = frozenset()
     """The timeline folder's names at this poll (an unchanged folder reuses the timeline)."""
     pending: list[PendingItem] = field(default_factory=list)
-    due: dict[str, str] = field(default_factory=dict)
+    due: dict[TableService, str] = field(default_factory=dict)
     """service -> why planning should be tried now."""
     delta_commits_since_compaction: int | None = None
     seconds: float = 0.0
@@ -250,7 +251,7 @@ def _evaluate_due(result: PollResult, policy: Policy, registry: Registry, mono: 
     if policy.paused:
         return
     for service, spec in registry.planners.items():
-        if policy.services.get(service).schedule:
+        if policy.services.schedules(service):
             reason = spec.due(result.timeline, policy)
             if reason:
                 result.due[service] = reason

@@ -1,26 +1,69 @@
 """Views of the daemon's state: the ``/status`` document and the snapshot ``/metrics`` reads.
 
-Both are built on the event loop from ``service.daemon.loop.Daemon``'s books, so they never wait
-for a worker thread.
+Both are built on the event loop from the daemon's books, so they never wait for a worker
+thread. They (and ``service.daemon.http``) read the daemon through ``DaemonView``, the part of
+``service.daemon.loop.Daemon`` a view may see, so neither imports the loop that serves them.
 """
 
 from __future__ import annotations
 
 import time
 from collections import Counter
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
 
-from hoodied.service.config import SERVICE_ACTIONS
-from hoodied.service.daemon.metrics import StateSnapshot, TableSnapshot
-from hoodied.service.daemon.table_state import item_status
+from hoodied.service.config import DaemonConfig
+from hoodied.service.daemon.jobs import Job, JobKind
+from hoodied.service.daemon.metrics import Metrics, StateSnapshot, TableSnapshot
+from hoodied.service.daemon.registry import Registry
+from hoodied.service.daemon.table_state import TableState, item_status
+from hoodied.service.locks import RedisLockFactory
 
-if TYPE_CHECKING:
-    from hoodied.service.daemon.loop import Daemon
-
-__all__ = ["state_snapshot", "status_document"]
+__all__ = ["DaemonView", "state_snapshot", "status_document"]
 
 
-def state_snapshot(daemon: Daemon) -> StateSnapshot:
+class DaemonView(Protocol):
+    """What the views and the HTTP endpoint read of the daemon (``service.daemon.loop.Daemon``)."""
+
+    @property
+    def settings(self) -> DaemonConfig: ...
+    @property
+    def registry(self) -> Registry: ...
+    @property
+    def tables(self) -> Mapping[str, TableState]: ...
+    @property
+    def running(self) -> Mapping[str, Job]: ...
+    @property
+    def draining(self) -> bool: ...
+    @property
+    def stop_reason(self) -> str | None: ...
+    @property
+    def once(self) -> bool: ...
+    @property
+    def replica(self) -> str: ...
+    @property
+    def started_at(self) -> float: ...
+    @property
+    def last_cycle_end(self) -> float | None: ...
+    @property
+    def last_cycle_seconds(self) -> float | None: ...
+    @property
+    def recent_errors(self) -> Sequence[dict[str, Any]]: ...
+    @property
+    def factory(self) -> RedisLockFactory | None: ...
+    @property
+    def metrics(self) -> Metrics: ...
+
+    def lock_where(self) -> str:
+        """Where the table locks live: ``local`` or the lock service's address."""
+        ...
+
+    def loop_heartbeat_age(self) -> float:
+        """Seconds since the last poll cycle ended (or the daemon started)."""
+        ...
+
+
+def state_snapshot(daemon: DaemonView) -> StateSnapshot:
     """What ``/metrics`` reads at scrape time."""
     tables = []
     now = time.time()
@@ -28,8 +71,8 @@ def state_snapshot(daemon: Daemon) -> StateSnapshot:
         snap = TableSnapshot(ts.uri, ts.quarantine is not None, last_success=dict(ts.last_success))
         if ts.poll is not None:
             for item in ts.poll.pending:
-                action = item.service or item.instant.action.value
-                action = SERVICE_ACTIONS[action].value if action in SERVICE_ACTIONS else action
+                # the service's action (a v6 clustering replacecommit counts as clustering)
+                action = item.service.action.value if item.service is not None else item.instant.action.value
                 count, oldest = snap.pending.get(action, (0, 0.0))
                 snap.pending[action] = (count + 1, max(oldest, now - item.requested_epoch))
             snap.delta_commits_since_compaction = ts.poll.delta_commits_since_compaction
@@ -38,7 +81,7 @@ def state_snapshot(daemon: Daemon) -> StateSnapshot:
     return StateSnapshot(tables, dict(running), daemon.draining, daemon.last_cycle_end)
 
 
-def status_document(daemon: Daemon) -> dict[str, Any]:
+def status_document(daemon: DaemonView) -> dict[str, Any]:
     """The ``/status`` document (``hoodied status`` renders it)."""
     now, mono = time.time(), time.monotonic()
     tables = []
@@ -66,7 +109,8 @@ def status_document(daemon: Daemon) -> dict[str, Any]:
             "pending": pending,
             "running": None if job is None else {
                 "action": job.action, "instant": job.instant.requested_time if job.instant else None,
-                "kind": "execute" if job.instant else "plan", "seconds": round(now - job.started, 1),
+                "kind": JobKind.EXECUTE if job.instant else JobKind.PLAN,
+                "seconds": round(now - job.started, 1),
             },
             "due": dict(ts.poll.due) if ts.poll else {},
             "planning": dict(ts.plan_notes),

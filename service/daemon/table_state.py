@@ -20,9 +20,10 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
+from hoodied.hoodie.actions.services import TableService
 from hoodied.hoodie.storage import Storage
-from hoodied.service.config import SERVICE_ACTIONS, DaemonConfig, Policy
-from hoodied.service.daemon.jobs import Job, JobOutcome
+from hoodied.service.config import DaemonConfig, Policy
+from hoodied.service.daemon.jobs import Job, JobKind, JobOutcome, Outcome
 from hoodied.service.daemon.poll import PendingItem, PollResult
 from hoodied.service.daemon.registry import Registry
 
@@ -62,8 +63,8 @@ class TableState:
     failures: dict[str, Failure] = field(default_factory=dict)
     holds: dict[str, tuple[float, str]] = field(default_factory=dict)
     waiting: dict[str, str] = field(default_factory=dict)
-    plan_checked: dict[str, tuple[int, float]] = field(default_factory=dict)
-    plan_notes: dict[str, str] = field(default_factory=dict)
+    plan_checked: dict[TableService, tuple[int, float]] = field(default_factory=dict)
+    plan_notes: dict[TableService, str] = field(default_factory=dict)
     outcomes: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=KEEP_OUTCOMES))
     last_success: dict[str, float] = field(default_factory=dict)
 
@@ -71,8 +72,8 @@ class TableState:
 @dataclass(slots=True)
 class Candidate:
     table: TableState
-    kind: str
-    service: str
+    kind: JobKind
+    service: TableService
     sort_key: tuple[int, int, str, str]
     item: PendingItem | None = None
 
@@ -88,7 +89,7 @@ def item_status(
         return "quarantined", ts.quarantine
     if item.service is None:
         return "waiting", "not a table service hoodied runs; left untouched"
-    spec = registry.executor_for(SERVICE_ACTIONS[item.service])
+    spec = registry.executor_for(item.service.action)
     if spec is None:
         return "waiting", f"no executor for {item.service} yet; left untouched"
     if ts.policy.paused:
@@ -109,7 +110,7 @@ def item_status(
     return "ready", ""
 
 
-def _plan_ready(ts: TableState, service: str, now: float) -> bool:
+def _plan_ready(ts: TableState, service: TableService, now: float) -> bool:
     key = f"plan:{service}"
     if key in ts.waiting:
         return False
@@ -129,10 +130,10 @@ def next_for_table(ts: TableState, registry: Registry, now: float) -> Candidate 
         if item_status(ts, item, None, registry, now)[0] == "ready":
             assert item.service is not None
             key = (prio, 0, item.instant.requested_time, ts.uri)
-            return Candidate(ts, "execute", item.service, key, item)
+            return Candidate(ts, JobKind.EXECUTE, item.service, key, item)
     for service in ts.poll.due:
         if _plan_ready(ts, service, now):
-            return Candidate(ts, "plan", service, (prio, 1, "", ts.uri))
+            return Candidate(ts, JobKind.PLAN, service, (prio, 1, "", ts.uri))
     return None
 
 
@@ -148,9 +149,9 @@ class Verdict:
 
 
 def record_outcome(
-    ts: TableState, job: Job, kind: str, outcome: JobOutcome, settings: DaemonConfig, now: float
+    ts: TableState, job: Job, kind: JobKind, outcome: JobOutcome, settings: DaemonConfig, now: float
 ) -> Verdict:
-    """Book a finished job on its table (``kind``: ``execute`` or ``plan``; ``now``: monotonic)."""
+    """Book a finished job on its table (``now``: monotonic)."""
     record = {"at": time.time(), "kind": kind, "action": job.action, "instant": job.instant.requested_time
               if job.instant else None, "outcome": outcome.outcome, "message": outcome.message,
               "seconds": round(outcome.seconds, 3)}
@@ -158,31 +159,31 @@ def record_outcome(
     key = job.key
     what = f"{job.action} {job.instant.requested_time}" if job.instant else f"{job.service} plan"
     verdict = Verdict()
-    if outcome.outcome in ("success", "planned", "nothing_due", "already_done"):
+    if outcome.outcome in (Outcome.SUCCESS, Outcome.PLANNED, Outcome.NOTHING_DUE, Outcome.ALREADY_DONE):
         ts.failures.pop(key, None)
-        if outcome.outcome == "success":
+        if outcome.outcome is Outcome.SUCCESS:
             ts.last_success[job.action] = time.time()
-        if kind == "plan":
+        if kind == JobKind.PLAN:
             ts.plan_notes[job.service] = outcome.message
             assert ts.poll is not None
             ts.plan_checked[job.service] = (ts.poll.signature, now)
-    elif outcome.outcome in ("skipped", "claimed"):
+    elif outcome.outcome in (Outcome.SKIPPED, Outcome.CLAIMED):
         ts.holds[key] = (now + settings.poll_interval_seconds, outcome.message)
-    elif outcome.outcome == "lock_unavailable":
+    elif outcome.outcome is Outcome.LOCK_UNAVAILABLE:
         # the lock service, not the table: retried with backoff for as long as it lasts, never quarantined
         verdict = Verdict("warning", f"{what}: {outcome.message}")
         n = (ts.failures[key].count if key in ts.failures else 0) + 1
         delay = settings.retry.backoff(n)
         ts.failures[key] = Failure(n, now + delay, outcome.message, lock=True)
         record["retry_in_seconds"] = delay
-    elif outcome.outcome == "unsupported":
+    elif outcome.outcome is Outcome.UNSUPPORTED:
         ts.waiting[key] = outcome.message
-        if kind == "plan":
+        if kind == JobKind.PLAN:
             ts.plan_notes[job.service] = outcome.message
         verdict = Verdict("warning")
-    elif outcome.outcome == "corrupt":
+    elif outcome.outcome is Outcome.CORRUPT:
         verdict = Verdict("error", quarantine=f"{what}: {outcome.message}")
-    elif outcome.outcome == "failed":
+    elif outcome.outcome is Outcome.FAILED:
         verdict = Verdict("warning", f"{what}: {outcome.message}")
         prev = ts.failures.get(key)
         n = (prev.count if prev is not None and not prev.lock else 0) + 1

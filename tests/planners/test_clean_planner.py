@@ -18,7 +18,7 @@ from hoodied.hoodie.properties import load_table_config
 from hoodied.hoodie.storage import LocalStorage
 from hoodied.hoodie.timeline.active import Timeline, instant_time_to_datetime
 from hoodied.hoodie.timeline.instant import Action
-from hoodied.hoodie.timeline.plans import CleanerPlan
+from hoodied.hoodie.timeline.plans import CleanerPlan, CompactionPlan
 from hoodied.hoodie.timeline.truetime import TimeSettings
 from hoodied.hoodie.timeline.writer import TimelineWriter
 from hoodied.planners.clean import (
@@ -79,7 +79,7 @@ def _open(root: Path) -> tuple[LocalStorage, Any, Timeline]:
 
 @pytest.mark.parametrize("name", SETTINGS)
 @pytest.mark.parametrize("fid", TABLES)
-def test_deleting_the_planned_files_keeps_every_retained_read(hudi_table, fid: str, name: str) -> None:  # type: ignore[no-untyped-def]
+def test_deleting_the_planned_files_keeps_every_retained_read(hudi_table, fid: str, name: str) -> None:
     root = hudi_table(fid)
     storage, config, timeline = _open(root)
     settings = SETTINGS[name]
@@ -108,7 +108,7 @@ def test_deleting_the_planned_files_keeps_every_retained_read(hudi_table, fid: s
     assert again.plan is None or not set(deleted) & {r for v in again.files.values() for r in v}
 
 
-def test_nothing_due_until_more_commits_than_retained(shared_table) -> None:  # type: ignore[no-untyped-def]
+def test_nothing_due_until_more_commits_than_retained(shared_table) -> None:
     storage, config, timeline = _open(shared_table("cow/v9_txns_simple_nometa"))
     n = len([i for i in timeline.completed() if i.action is not Action.CLEAN])
     listing = list_storage(storage, config)
@@ -119,7 +119,7 @@ def test_nothing_due_until_more_commits_than_retained(shared_table) -> None:  # 
     assert ectr is not None and ectr.requested_time == timeline.completed()[1].requested_time
 
 
-def test_pending_compaction_caps_retention_and_keeps_its_slices(hudi_table) -> None:  # type: ignore[no-untyped-def]
+def test_pending_compaction_caps_retention_and_keeps_its_slices(hudi_table) -> None:
     root = hudi_table("mor/avro/v9_txns_simple_nometa")
     folder = root / ".hoodie" / "timeline"
     t = next(folder.glob("*.compaction.requested")).name.split(".")[0]
@@ -129,16 +129,19 @@ def test_pending_compaction_caps_retention_and_keeps_its_slices(hudi_table) -> N
     assert ectr is not None and ectr.requested_time < t
     listing = list_storage(storage, config)
     result = plan_clean(storage, config, timeline, listing, CleanSettings(commits_retained=1))
-    plan = timeline.plan(timeline.get(t))  # type: ignore[arg-type]
+    pending = timeline.get(t)
+    assert pending is not None
+    plan = timeline.plan(pending)
+    assert isinstance(plan, CompactionPlan)
     deleted = {r for v in result.files.values() for r in v}
-    for op in plan.operations:  # type: ignore[union-attr]
+    for op in plan.operations:
         if op.data_file_path:
             assert f"{op.partition_path}/{op.data_file_path}" not in deleted
         for d in op.delta_file_paths:
             assert f"{op.partition_path}/{d}" not in deleted
 
 
-def test_savepointed_slices_are_kept(hudi_table) -> None:  # type: ignore[no-untyped-def]
+def test_savepointed_slices_are_kept(hudi_table) -> None:
     root = hudi_table("cow/v9_txns_simple_nometa")
     storage, config, timeline = _open(root)
     settings = CleanSettings(commits_retained=1)
@@ -163,7 +166,7 @@ def test_savepointed_slices_are_kept(hudi_table) -> None:  # type: ignore[no-unt
     assert second.plan["extraMetadata"] == {"savepointed_timestamps": t}
 
 
-def test_pending_clean_blocks_a_new_plan_and_plans_decode(hudi_table) -> None:  # type: ignore[no-untyped-def]
+def test_pending_clean_blocks_a_new_plan_and_plans_decode(hudi_table) -> None:
     root = hudi_table("cow/v9_txns_simple_nometa")
     storage, config, timeline = _open(root)
     two = CleanSettings(commits_retained=2)
@@ -173,7 +176,9 @@ def test_pending_clean_blocks_a_new_plan_and_plans_decode(hudi_table) -> None:  
     with lock:
         t = TimelineWriter(storage, config, lock, time_settings=FAST).schedule(Action.CLEAN, result.plan)
     storage, config, timeline = _open(root)
-    decoded = timeline.plan(timeline.get(t.requested_time))  # type: ignore[arg-type]
+    pending = timeline.get(t.requested_time)
+    assert pending is not None
+    decoded = timeline.plan(pending)
     assert isinstance(decoded, CleanerPlan)
     assert decoded.policy == "KEEP_LATEST_COMMITS"
     assert decoded.earliest_instant_to_retain is not None
@@ -186,7 +191,7 @@ def test_pending_clean_blocks_a_new_plan_and_plans_decode(hudi_table) -> None:  
     assert blocked.plan is None and f"clean {t.requested_time} is still pending" in blocked.reason
 
 
-def test_incremental_planning_looks_only_at_partitions_written_since_the_last_clean(hudi_table) -> None:  # type: ignore[no-untyped-def]
+def test_incremental_planning_looks_only_at_partitions_written_since_the_last_clean(hudi_table) -> None:
     root = hudi_table("cow/v9_txns_simple_nometa")
     storage, config, timeline = _open(root)
     writes = [i for i in timeline.completed() if i.action is not Action.CLEAN]
@@ -212,7 +217,7 @@ def test_incremental_planning_looks_only_at_partitions_written_since_the_last_cl
     assert set(full.files) >= set(result.files)
 
 
-def test_keep_latest_by_hours(shared_table) -> None:  # type: ignore[no-untyped-def]
+def test_keep_latest_by_hours(shared_table) -> None:
     storage, config, timeline = _open(shared_table("cow/v9_txns_simple_nometa"))
     writes = [i for i in timeline.completed() if i.action is not Action.CLEAN]
     pivot = writes[5].requested_time
@@ -225,10 +230,10 @@ def test_keep_latest_by_hours(shared_table) -> None:  # type: ignore[no-untyped-
     assert result.plan is None and "no completed write instant in the last 2 hours" in result.reason
 
 
-def test_cli_schedule_clean(hudi_table) -> None:  # type: ignore[no-untyped-def]
+def test_cli_schedule_clean(hudi_table) -> None:
     from click.testing import CliRunner
 
-    from hoodied.service.cli.services import schedule
+    from hoodied.service.cli.schedule import schedule
 
     root = hudi_table("cow/v9_txns_simple_nometa")
     folder = root / ".hoodie" / "timeline"
@@ -249,13 +254,12 @@ def test_cli_schedule_clean(hudi_table) -> None:  # type: ignore[no-untyped-def]
     assert versions.exit_code == 0 and f"clean {t} is still pending" in versions.output
 
 
-def test_clean_on_a_table_with_an_unmaintained_mdt_partition_is_refused(  # type: ignore[no-untyped-def]
+def test_clean_on_a_table_with_an_unmaintained_mdt_partition_is_refused(
     hudi_table,
 ) -> None:
-    from test_clean_executor import add_mdt_partition
-
     from hoodied.hoodie.errors import UnsupportedTableError
-    from hoodied.service.cli.services import schedule_clean
+    from hoodied.planners.clean import schedule_clean
+    from tests.executors.test_clean_executor import add_mdt_partition
 
     root = hudi_table("cow/v9_txns_simple_meta")
     add_mdt_partition(root, "expr_index_city")

@@ -51,6 +51,7 @@ def test_plan_matches_hudi_plan(hudi_table, fid: str) -> None:
         next(i for i in Timeline.load(storage, config).instants
              if i.requested_time == cluster_ts and i.action in (Action.CLUSTERING, Action.REPLACE_COMMIT))
     )
+    assert hudi_plan is not None
     _rewind(table, (cluster_ts, later))
     timeline = Timeline.load(storage, config)
     mine = plan_clustering(config, timeline, list_storage(storage, config), cluster_ts, storage.base_uri,
@@ -117,5 +118,6 @@ def test_schedule_writes_requested_plan(hudi_table, fid: str, suffix: str) -> No
     # the planned file groups are now pending clustering: a second plan skips them
     again = plan_clustering(config, timeline, list_storage(storage, config), "x", storage.base_uri)
     assert again.plan is None
+    assert result.plan is not None
     planned = result.plan["clusteringPlan"]["inputGroups"]
     assert len(again.skipped_pending) == sum(len(g["slices"]) for g in planned)

@@ -71,7 +71,7 @@ def _expected_ops(root: Path) -> dict[tuple[str, str], tuple[str | None, list[st
 
 
 @pytest.mark.parametrize("fid", V6_FIXTURES)
-def test_plans_every_slice_with_log_files_as_hudi_writes_it(hudi_table, fid: str) -> None:  # type: ignore[no-untyped-def]
+def test_plans_every_slice_with_log_files_as_hudi_writes_it(hudi_table, fid: str) -> None:
     root = hudi_table(fid)
     expected = _expected_ops(root)
     inst, result = _schedule(root)
@@ -98,7 +98,7 @@ def test_plans_every_slice_with_log_files_as_hudi_writes_it(hudi_table, fid: str
     assert again is None and second.skipped_pending and "pending table services" in second.reason
 
 
-def test_triggers(hudi_table) -> None:  # type: ignore[no-untyped-def]
+def test_triggers(hudi_table) -> None:
     root = hudi_table("mor/avro/v6_trips_8i1u")  # 2 delta commits, 20250331030642808 and ...45735
     _, config, timeline = _open(root)
     soon, late = "20250331040000000", "20250331030700000"  # 57 min / 17 s after the first delta commit
@@ -194,7 +194,7 @@ def test_only_log_files_completed_before_the_compaction(tmp_path: Path) -> None:
     assert got[(partition, file_id)] == logs  # the pending delta commit's log file is not planned
 
 
-def test_table_version_6_refuses_while_a_write_is_pending(hudi_table) -> None:  # type: ignore[no-untyped-def]
+def test_table_version_6_refuses_while_a_write_is_pending(hudi_table) -> None:
     root = hudi_table("mor/avro/v6_trips_8i1u")
     pending = _now(_open(root)[1])
     (root / ".hoodie" / f"{pending}.deltacommit.requested").write_bytes(b"")
@@ -204,13 +204,13 @@ def test_table_version_6_refuses_while_a_write_is_pending(hudi_table) -> None:  
     assert not list((root / ".hoodie").glob("*.compaction.*"))
 
 
-def test_nothing_to_compact_in_a_compacted_table(hudi_table) -> None:  # type: ignore[no-untyped-def]
+def test_nothing_to_compact_in_a_compacted_table(hudi_table) -> None:
     root = hudi_table("mor/avro/v9_txns_simple_nometa")  # Hudi compacted and clustered every log file
     inst, result = _schedule(root)
     assert inst is None and "no file slice has log files to compact" in result.reason
 
 
-def test_refusals(hudi_table) -> None:  # type: ignore[no-untyped-def]
+def test_refusals(hudi_table) -> None:
     meta = hudi_table("mor/avro/v8_trips_8i3u1d")  # an MDT partition no compaction keeps exact
     props = meta / ".hoodie" / "hoodie.properties"
     props.write_text(props.read_text().replace("record_index,", "record_index,expr_index_ts_day,"))

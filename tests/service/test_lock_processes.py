@@ -44,7 +44,7 @@ def _spawn(*args: str, stdin: int | None = None) -> subprocess.Popen[str]:
 @pytest.mark.parametrize("lock_kind,offset_ms", [("local", -SKEW_MS), ("redis", SKEW_MS)])
 def test_two_processes_issue_unique_ordered_instants(
     hudi_table, redis_server: RedisServer, tmp_path: Path, lock_kind: str, offset_ms: int  # noqa: F811
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     root = hudi_table("cow/v9_txns_simple_nometa")
     storage = LocalStorage(str(root))
     config = load_table_config(storage)
@@ -69,14 +69,18 @@ def test_two_processes_issue_unique_ordered_instants(
     assert sorted(Counter(pid for pid, _ in lines).values()) == [N, N]
     switches = sum(1 for a, b in zip(lines, lines[1:], strict=False) if a[0] != b[0])
     assert switches >= 2, "the two processes never interleaved"
-    assert times[0] > before.instants[-1].completion_time  # after everything already on the timeline
+    last_completion = before.instants[-1].completion_time
+    assert last_completion is not None
+    assert times[0] > last_completion  # after everything already on the timeline
     now = datetime.now(config.tzinfo)
     assert abs((instant_time_to_datetime(times[-1], config.tzinfo) - now).total_seconds()) < 120
 
     after = Timeline.load(storage, config)
     cleans = [i for i in after.pending() if i.action is Action.CLEAN]
     assert sorted(i.requested_time for i in cleans) == times
-    assert after.read_plan(cleans[0])["policy"] == "KEEP_LATEST_COMMITS"
+    plan = after.read_plan(cleans[0])
+    assert plan is not None
+    assert plan["policy"] == "KEEP_LATEST_COMMITS"
 
 
 def _timeline_names(root: Path, t: str) -> list[str]:
@@ -85,7 +89,7 @@ def _timeline_names(root: Path, t: str) -> list[str]:
 
 def test_stale_holder_after_pause_is_refused_and_next_owner_completes(
     hudi_table, redis_server: RedisServer  # noqa: F811
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     root = hudi_table("cow/v8_nonpartitioned")
     lease_ms = 1_000
     stale = _spawn("stale", "--table", str(root), "--lock", redis_server.url, "--lease-ms", str(lease_ms),
@@ -155,7 +159,7 @@ def _clean_metadata(t: str) -> dict[str, object]:
 @pytest.mark.parametrize("lock_kind", ["local", "redis"])
 def test_two_processes_scheduling_clean_make_exactly_one_plan(
     hudi_table, redis_server: RedisServer, tmp_path: Path, lock_kind: str  # noqa: F811
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     root = hudi_table("cow/v9_txns_simple_nometa")
     lock = "local" if lock_kind == "local" else redis_server.url
     start = tmp_path / "go"

@@ -14,22 +14,22 @@ import yaml
 from click.testing import CliRunner
 
 from hoodied.executors.compaction import execute_compaction
+from hoodied.hoodie.actions.services import TableService
 from hoodied.hoodie.errors import InstantStateError, UnsupportedTableError
 from hoodied.hoodie.locks import InProcessLock
 from hoodied.hoodie.properties import load_table_config
 from hoodied.hoodie.storage import LocalStorage
 from hoodied.hoodie.timeline.active import Timeline
 from hoodied.hoodie.timeline.instant import Action, State
-from hoodied.planners.clustering import ClusteringSettings
+from hoodied.planners.clustering import ClusteringSettings, clustering_due
 from hoodied.service.cli.main import cli
 from hoodied.service.config import (
     CLUSTERING_OPTION_KEYS,
-    SERVICE_ACTIONS,
     ClusteringService,
     Policy,
     load_config,
 )
-from hoodied.service.daemon.registry import clustering_due, default_registry
+from hoodied.service.daemon.registry import build_registry
 from hoodied.service.spark_jobs import SPARK_SERVICES, SparkService, run_spark_service
 
 V9 = "mor/avro/v9_txns_simple_nometa"
@@ -57,52 +57,55 @@ def _reopen(root: Path, t: str) -> None:
 def test_every_spark_service_has_its_action_and_an_executor_with_the_compaction_signature() -> None:
     assert set(SPARK_SERVICES) == {"compaction", "log_compaction", "clustering", "indexing"}
     want = inspect.signature(execute_compaction).parameters
-    registry = default_registry()
+    registry = build_registry()
     for name, spec in SPARK_SERVICES.items():
-        assert spec.action is SERVICE_ACTIONS[name]
+        assert spec.action is TableService(name).action
         if not spec.available():  # being written: its instants wait, it is never planned
             assert registry.executor_for(spec.action) is None and name not in registry.planners
             continue
         got = inspect.signature(spec.executor()).parameters
         assert list(got)[:5] == list(want)[:5], name
         assert {"time_settings", "heartbeat_interval_ms", "tolerable_misses", "progress"} <= set(got), name
-        assert registry.executor_for(spec.action) is not None, name
-        assert not registry.executor_for(spec.action).resumes_inflight  # rolled back first
-    assert SPARK_SERVICES["compaction"].available()
+        executor = registry.executor_for(spec.action)
+        assert executor is not None, name
+        assert not executor.resumes_inflight  # rolled back first
+    assert SPARK_SERVICES[TableService.COMPACTION].available()
     assert {"clean", "compaction"} <= set(registry.planners)
 
 
 def test_an_executor_that_is_not_installed_is_unsupported_not_a_crash() -> None:
-    missing = SparkService("clustering", "executors.no_such_service", "execute_clustering")
+    missing = SparkService(TableService.CLUSTERING, "hoodied.executors.no_such_service", "execute_clustering")
     assert not missing.available()
     with pytest.raises(UnsupportedTableError, match="clustering: no executor in this build"):
         missing.executor()
 
 
-def test_the_runner_refuses_an_instant_of_another_service_and_changes_nothing(hudi_table) -> None:  # type: ignore[no-untyped-def]
+def test_the_runner_refuses_an_instant_of_another_service_and_changes_nothing(hudi_table) -> None:
     root = hudi_table(V9)
     _reopen(root, CLUSTERING)
     storage = LocalStorage(str(root))
     lock = InProcessLock(storage.base_uri)
     before = _files(root)
-    assert _timeline(root).get(CLUSTERING).state is State.INFLIGHT  # type: ignore[union-attr]
+    reopened = _timeline(root).get(CLUSTERING)
+    assert reopened is not None and reopened.state is State.INFLIGHT
     with pytest.raises(InstantStateError, match=f"no compaction instant {CLUSTERING}"):
-        run_spark_service(storage, lock, CLUSTERING, None, service="compaction")
+        run_spark_service(storage, lock, CLUSTERING, None, service=TableService.COMPACTION)
     with pytest.raises(InstantStateError, match=f"no log compaction instant {CLUSTERING}"):
-        run_spark_service(storage, lock, CLUSTERING, None, service="log_compaction")
+        run_spark_service(storage, lock, CLUSTERING, None, service=TableService.LOG_COMPACTION)
     # an insert-overwrite replacecommit is no clustering, whatever its action says
     with pytest.raises(InstantStateError, match=f"no Spark table service instant {OVERWRITE}"):
         run_spark_service(storage, lock, OVERWRITE, None)
     with pytest.raises(InstantStateError, match="no clustering instant 20990101000000000"):
-        run_spark_service(storage, lock, "20990101000000000", None, service="clustering")
+        run_spark_service(storage, lock, "20990101000000000", None, service=TableService.CLUSTERING)
     assert _files(root) == before
 
 
-def test_clustering_is_due_after_trigger_commits_since_the_last_clustering(shared_table, hudi_table) -> None:  # type: ignore[no-untyped-def]
+def test_clustering_is_due_after_trigger_commits_since_the_last_clustering(shared_table, hudi_table) -> None:
     timeline = _timeline(shared_table(V9))
 
-    def policy(commits: int) -> Policy:
-        return Policy.model_validate({"services": {"clustering": {"trigger_commits": commits}}})
+    def policy(commits: int) -> int:  # the daemon's policy, as the trigger takes it
+        policy = Policy.model_validate({"services": {"clustering": {"trigger_commits": commits}}})
+        return policy.services.clustering.trigger_commits
 
     # one delta commit after the clustering; the insert-overwrite before it does not reset the count
     assert clustering_due(timeline, policy(1)) == "1 completed commits since the last clustering (trigger 1)"
@@ -145,7 +148,7 @@ def test_the_clustering_policy_maps_to_hudi_plan_strategy_options(tmp_path: Path
     assert not load_config().defaults.services.log_compaction.schedule
 
 
-def test_schedule_clustering_plans_with_hudi_options_and_refuses_unknown_ones(hudi_table) -> None:  # type: ignore[no-untyped-def]
+def test_schedule_clustering_plans_with_hudi_options_and_refuses_unknown_ones(hudi_table) -> None:
     root = hudi_table(V9)
     before = _files(root)
     runner = CliRunner()

@@ -42,7 +42,7 @@ from hoodied.service.daemon.loop import POLL_BATCH, Daemon
 from hoodied.service.daemon.registry import (
     JobContext,
     Registry,
-    default_registry,
+    build_registry,
     register_executor,
     register_planner,
 )
@@ -122,7 +122,8 @@ def _run_in_process(settings: DaemonConfig, *, once: bool = True, registry: Regi
             with anyio.fail_after(timeout):
                 code = await daemon.run()
             tg.cancel_scope.cancel()
-            return code
+        # after the block: a task group's exit may swallow its own cancellation
+        return code
 
     return daemon, anyio.run(main)
 
@@ -228,7 +229,7 @@ def test_registry_refuses_unknown_services() -> None:
         register_executor(Action.COMMIT, lambda ctx: "", registry=Registry())
     with pytest.raises(ValueError, match="not a service"):
         register_planner("vacuum", lambda t, p: None, lambda c: None, registry=Registry())  # type: ignore[arg-type,return-value]
-    assert default_registry().executor_for(Action.CLEAN) is not None
+    assert build_registry().executor_for(Action.CLEAN) is not None
 
 
 # ---------------------------------------------------------------------------- one pass, two replicas
@@ -327,7 +328,7 @@ def test_corrupt_tables_are_quarantined_untouched_and_the_others_complete(tmp_pa
 
 def test_failures_are_retried_with_backoff_then_the_table_is_quarantined(tmp_path: Path) -> None:
     flaky, fine = _copies(tmp_path, DUE[:2])
-    real = default_registry().executor_for(Action.CLEAN)
+    real = build_registry().executor_for(Action.CLEAN)
     assert real is not None
     calls: list[float] = []
 
@@ -337,7 +338,7 @@ def test_failures_are_retried_with_backoff_then_the_table_is_quarantined(tmp_pat
             raise StorageError(f"{flaky}/x.parquet: Input/output error")
         return real.run(ctx)
 
-    registry = Registry(planners=dict(default_registry().planners))
+    registry = Registry(planners=dict(build_registry().planners))
     register_executor(Action.CLEAN, sometimes, resumes_inflight=True, registry=registry)
     settings = load_config(overrides={**FAST, "tables": [str(flaky), str(fine)], "http": "off",
                                       "retry": {"max_attempts": 3, "backoff_seconds": 0.1}})
@@ -457,7 +458,7 @@ def test_the_first_cycle_starts_work_before_the_last_table_is_polled(tmp_path: P
     seen: list[float | None] = []
     polled = Counter[str]()
     daemon: Daemon | None = None
-    clean = default_registry().executor_for(Action.CLEAN)
+    clean = build_registry().executor_for(Action.CLEAN)
     assert clean is not None
 
     def run_clean(ctx: JobContext) -> str:

@@ -24,7 +24,6 @@ from hoodied.hoodie.timeline.active import Timeline
 from hoodied.hoodie.timeline.instant import Action
 from hoodied.service.config import load_config
 from hoodied.service.daemon.loop import Daemon
-from hoodied.service.spark_jobs import spark_engine
 from tests.helpers.fixtures import require_fixture, unzip_table
 from tests.helpers.mor_tables import hudi_rs_rows, written_mor_table
 
@@ -122,7 +121,7 @@ def test_an_mdt_partition_hoodied_cannot_maintain_reports_the_services_unsupport
         assert plan["outcome"] == "unsupported" and "expr_index_amount" in plan["message"], plan
     metrics = daemon.metrics.render().decode()
     assert f'hoodied_plans_total{{action="compaction",outcome="unsupported",table="{root}"}} 1.0' in metrics
-    assert not spark_engine().started
+    assert not daemon.engine.started
     assert sorted(p.name for p in (root / ".hoodie" / "timeline").iterdir()) == before
     assert hudi_rs_rows(root) == rows
 

@@ -48,7 +48,7 @@ def _hoodied(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def _metadata_partitions(root: Path) -> list[str]:
+def _metadata_partitions(root: Path) -> tuple[str, ...]:
     return load_table_config(LocalStorage(str(root))).metadata_partitions
 
 

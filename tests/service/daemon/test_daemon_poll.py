@@ -20,13 +20,13 @@ from hoodied.hoodie.timeline.active import Timeline
 from hoodied.hoodie.timeline.instant import State
 from hoodied.service.config import load_config
 from hoodied.service.daemon.poll import PollResult, poll_table
-from hoodied.service.daemon.registry import default_registry
+from hoodied.service.daemon.registry import build_registry
 from tests.helpers.fixtures import require_fixture, unzip_table
 
 
 def _poll(root: Path, cached: PollResult | None) -> PollResult:
     settings = load_config(overrides={"tables": [str(root)], "http": "off"})
-    return poll_table(LocalStorage(str(root)), cached, settings.tables[0].policy, default_registry(),
+    return poll_table(LocalStorage(str(root)), cached, settings.tables[0].policy, build_registry(),
                       settings.heartbeat)
 
 

@@ -27,12 +27,11 @@ from hoodied.hoodie.storage import LocalStorage
 from hoodied.hoodie.timeline.active import datetime_to_instant_time
 from hoodied.hoodie.timeline.instant import Action, Instant, State
 from hoodied.hoodie.timeline.truetime import TimeSettings
-from hoodied.planners.clean import CleanSettings
+from hoodied.planners.clean import CleanSettings, schedule_clean
 from hoodied.planners.compaction import schedule_compaction
-from hoodied.service.cli.services import schedule_clean
 from hoodied.service.config import load_config
 from hoodied.service.daemon.loop import Daemon
-from hoodied.service.daemon.registry import JobContext, Registry, default_registry, register_executor
+from hoodied.service.daemon.registry import JobContext, Registry, build_registry, register_executor
 from tests.helpers.daemon_procs import (
     events,
     get,
@@ -264,7 +263,7 @@ def test_a_killed_replicas_instant_is_taken_over_after_its_lease_expires(
 
 def _planned_deletes(plan: dict[str, Any]) -> set[str]:
     """File names a clean plan deletes (version 2 plans: full paths per partition)."""
-    out = set()
+    out: set[str] = set()
     for infos in (plan.get("filePathsToBeDeletedPerPartition") or {}).values():
         out.update(os.path.basename(info["filePath"]) for info in infos)
     return out
@@ -366,7 +365,7 @@ def test_a_table_runs_one_job_at_a_time_across_replicas(
         shutil.copyfile(hudi_plan, folder / f"{t}.compaction.requested")
         compactions[str(root)] = t
     spans: list[tuple[str, str, float, float]] = []
-    real_clean = default_registry().executor_for(Action.CLEAN)
+    real_clean = build_registry().executor_for(Action.CLEAN)
     assert real_clean is not None
 
     def held(ctx: JobContext, work: Any) -> str:

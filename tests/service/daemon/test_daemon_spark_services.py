@@ -78,7 +78,7 @@ def _reopen_clustering(root: Path) -> None:
 
 
 def test_the_daemon_executes_a_failed_clustering_once_after_rolling_it_back(tmp_path: Path) -> None:
-    pytest.importorskip("executors.clustering", reason="the clustering executor is not installed")
+    pytest.importorskip("hoodied.executors.clustering", reason="the clustering executor is not installed")
     root = unzip_table(require_fixture(V9), tmp_path / "hudi")
     rows = hudi_rs_rows(root)
     _reopen_clustering(root)
@@ -101,7 +101,7 @@ def test_the_daemon_executes_a_failed_clustering_once_after_rolling_it_back(tmp_
 
 
 def test_hoodied_execute_runs_a_pending_clustering_through_the_same_runner(tmp_path: Path) -> None:
-    pytest.importorskip("executors.clustering", reason="the clustering executor is not installed")
+    pytest.importorskip("hoodied.executors.clustering", reason="the clustering executor is not installed")
     root = unzip_table(require_fixture(V9), tmp_path / "hudi")
     rows = hudi_rs_rows(root)
     _reopen_clustering(root)
@@ -128,8 +128,10 @@ def test_hoodied_execute_runs_a_pending_clustering_through_the_same_runner(tmp_p
 
 
 def test_the_daemon_plans_and_executes_one_log_compaction(tmp_path: Path) -> None:
-    pytest.importorskip("executors.log_compaction", reason="the log compaction executor is not installed")
-    pytest.importorskip("planners.log_compaction", reason="the log compaction planner is not installed")
+    pytest.importorskip("hoodied.executors.log_compaction",
+                        reason="the log compaction executor is not installed")
+    pytest.importorskip("hoodied.planners.log_compaction",
+                        reason="the log compaction planner is not installed")
     root = tmp_path / "written"
     written_mor_table(root)  # file groups with several log blocks each
     rows = hudi_rs_rows(root)

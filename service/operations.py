@@ -1,0 +1,262 @@
+"""The use cases the command line and the daemon share: run pending instants, roll back failed attempts.
+
+- ``rollback_failed_attempt``: roll back the failed attempt of a pending table service exactly as
+  Apache Hudi does before it retries one: a rollback instant whose plan deletes the attempt's
+  files, then the service is requested again with its unchanged plan (``hoodied rollback``). A
+  failed ``indexing`` attempt is aborted instead (Hudi writes no rollback instant for indexing:
+  ``hoodie.metadata.index_rollback``). A live attempt (heartbeat not expired) is refused unless
+  ``force``. On a table with a metadata table the attempt's MDT delta commit is rolled back too
+  (``hoodie.metadata.rollback``).
+- ``recover_failed_attempt``: the one place that decides *rollback-then-retry*: a pending instant
+  of a service that rewrites data (or indexing) that is inflight, or that a pending rollback
+  targets, is a failed attempt and is rolled back before it runs again. Clean resumes an inflight
+  attempt itself. ``service.spark_jobs.run_spark_service`` calls it for both the CLI and the daemon.
+- ``execute_pending``: ``hoodied execute``: run pending cleans (``executors.clean``) and hand
+  the instants of other services to their runners (the Spark services:
+  ``service.spark_jobs.SparkRunner``); report every other pending instant, left untouched.
+
+Nothing here imports click, the daemon or pyspark.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+
+from hoodied.executors.clean import DEFAULT_PARALLELISM, CleanResult, execute_clean
+from hoodied.executors.rollback import RollbackResult, execute_rollback
+from hoodied.hoodie.actions.services import TableService, is_table_service, service_of
+from hoodied.hoodie.errors import (
+    HeartbeatAliveError,
+    HoodieFormatError,
+    InstantStateError,
+    UnsupportedTableError,
+)
+from hoodied.hoodie.heartbeat import (
+    DEFAULT_INTERVAL_MS,
+    DEFAULT_TOLERABLE_MISSES,
+    is_heartbeat_expired,
+    last_heartbeat_ms,
+)
+from hoodied.hoodie.locks import TableLock
+from hoodied.hoodie.metadata.clean import require_clean_maintainable
+from hoodied.hoodie.metadata.index_rollback import IndexingAbort, rollback_failed_indexing
+from hoodied.hoodie.metadata.rollback import require_rollback_supported
+from hoodied.hoodie.properties import load_table_config
+from hoodied.hoodie.storage import Storage
+from hoodied.hoodie.timeline.active import Timeline
+from hoodied.hoodie.timeline.instant import WRITE_ACTIONS, Action, Instant, State
+from hoodied.hoodie.timeline.truetime import TimeSettings
+from hoodied.hoodie.timeline.writer import TimelineWriter
+from hoodied.planners.rollback import pending_rollback_for, schedule_rollback
+
+__all__ = [
+    "ExecuteOutcome",
+    "ExecuteStatus",
+    "Runner",
+    "execute_pending",
+    "recover_failed_attempt",
+    "rollback_failed_attempt",
+]
+
+log = logging.getLogger(__name__)
+
+
+def rollback_failed_attempt(
+    storage: Storage,
+    instant_time: str,
+    lock: TableLock,
+    *,
+    force: bool = False,
+    heartbeat_interval_ms: int = DEFAULT_INTERVAL_MS,
+    tolerable_misses: int = DEFAULT_TOLERABLE_MISSES,
+    time_settings: TimeSettings | None = None,
+) -> RollbackResult | IndexingAbort | None:
+    """Roll back the failed attempt of the pending table service ``instant_time``.
+
+    ``None`` when there is nothing to roll back (the service is only requested and no
+    rollback of it is pending). A failed ``indexing`` attempt is aborted as Hudi aborts one
+    (Hudi writes no rollback instant for indexing): ``hoodie.metadata.index_rollback``.
+    """
+    config = load_table_config(storage)
+    target = Timeline.load(storage, config).get(instant_time)
+    if target is not None and target.action is Action.INDEXING:
+        return rollback_failed_indexing(
+            storage, lock, instant_time, force=force, heartbeat_interval_ms=heartbeat_interval_ms,
+            tolerable_misses=tolerable_misses, time_settings=time_settings,
+        )
+    require_rollback_supported(storage, config)
+    with lock:
+        timeline = Timeline.load(storage, config)
+        target = timeline.get(instant_time)
+        if target is None:
+            raise InstantStateError(f"{storage.base_uri}: no instant {instant_time} on the active timeline")
+        if target.is_completed:
+            raise InstantStateError(f"{instant_time}: {target.action.value} is completed, nothing to undo")
+        if not is_table_service(timeline, target):
+            raise UnsupportedTableError(
+                f"{instant_time}: {target.action.value} is a regular write, not a table service; "
+                "hoodied rolls back failed table-service attempts only"
+            )
+        pending = pending_rollback_for(timeline, instant_time)
+        if target.state is State.REQUESTED and pending is None:
+            return None
+        expired = is_heartbeat_expired(
+            storage, instant_time, interval_ms=heartbeat_interval_ms, tolerable_misses=tolerable_misses
+        )
+        if not expired and not force:
+            raise HeartbeatAliveError(
+                f"{instant_time}: {target.action.value} has a live heartbeat (last beat at "
+                f"{last_heartbeat_ms(storage, instant_time)} ms since the epoch); another executor is "
+                "working on it (use --force only if you know it is dead)"
+            )
+        writer = TimelineWriter(storage, config, lock, time_settings=time_settings)
+        rollback_instant = schedule_rollback(writer, timeline, target)
+        return execute_rollback(writer, rollback_instant.requested_time)
+
+
+def recover_failed_attempt(
+    storage: Storage,
+    timeline: Timeline,
+    inst: Instant,
+    service: TableService,
+    lock: TableLock,
+    *,
+    force: bool = False,
+    heartbeat_interval_ms: int = DEFAULT_INTERVAL_MS,
+    tolerable_misses: int = DEFAULT_TOLERABLE_MISSES,
+    time_settings: TimeSettings | None = None,
+) -> RollbackResult | IndexingAbort | None:
+    """Roll back ``inst`` first when it is a failed attempt that cannot simply be run again.
+
+    The rule (see the module docstring): a pending compaction, log compaction, clustering or
+    indexing that is inflight, or that a pending rollback targets, is rolled back (an indexing
+    aborted) before it runs again; a clean resumes its own inflight attempt. A live attempt
+    (fresh heartbeat) raises ``InstantStateError`` unless ``force``. ``None``: nothing rolled back.
+    """
+    if service is TableService.CLEAN or not inst.is_pending:
+        return None
+    t = inst.requested_time
+    if inst.state is not State.INFLIGHT and pending_rollback_for(timeline, t) is None:
+        return None
+    log.info("%s %s: rolling back the failed attempt before running it again", service.value, t)
+    rolled = rollback_failed_attempt(
+        storage, t, lock, force=force, heartbeat_interval_ms=heartbeat_interval_ms,
+        tolerable_misses=tolerable_misses, time_settings=time_settings,
+    )
+    if rolled is not None:
+        log.info("%s %s: %s", t, service.value, rolled.summary())
+    return rolled
+
+
+class ExecuteStatus(StrEnum):
+    """What ``execute`` did with one pending instant."""
+
+    EXECUTED = "executed"
+    SKIPPED = "skipped"
+    """Another executor is alive on it (fresh heartbeat)."""
+    NO_EXECUTOR = "no-executor"
+    """Not a table service hoodied runs (a data write, its writer's rollback), or no runner for it."""
+
+
+@dataclass(slots=True)
+class ExecuteOutcome:
+    """One pending instant ``execute`` looked at: what happened to it, in one line."""
+
+    instant: Instant
+    status: ExecuteStatus
+    message: str
+    clean: CleanResult | None = None
+
+
+#: Runs one pending instant of a service other than clean: ``runner(instant, service)``.
+Runner = Callable[[Instant, TableService], ExecuteOutcome]
+
+
+def _no_executor(timeline: Timeline, inst: Instant) -> str:
+    t, action = inst.requested_time, inst.action.value
+    if inst.action is Action.ROLLBACK:
+        try:
+            target = ((timeline.read_plan(inst) or {}).get("instantToRollback") or {}).get("commitTime")
+        except HoodieFormatError:
+            target = None  # reported as it is; `hoodied rollback` gives the error
+        undone = timeline.get(target) if target else None
+        if undone is not None and is_table_service(timeline, undone):
+            return f"{t} rollback: pending; finish it with `hoodied rollback TABLE --instant {target}`"
+        if target:
+            return (f"{t} rollback: pending rollback of the data write {target}; hoodied rolls back table "
+                    "services only, the table's writer finishes it; left untouched")
+    if inst.action in WRITE_ACTIONS and not is_table_service(timeline, inst):
+        return f"{t} {action} ({inst.state.value}): a data write, not a table service; left untouched"
+    return f"{t} {action} ({inst.state.value}): no executor yet, left untouched"
+
+
+def execute_pending(
+    storage: Storage,
+    lock: TableLock,
+    instant_time: str | None = None,
+    *,
+    time_settings: TimeSettings | None = None,
+    parallelism: int = DEFAULT_PARALLELISM,
+    heartbeat_interval_ms: int = DEFAULT_INTERVAL_MS,
+    tolerable_misses: int = DEFAULT_TOLERABLE_MISSES,
+    force: bool = False,
+    runners: Mapping[TableService, Runner] | None = None,
+) -> list[ExecuteOutcome]:
+    """Run pending cleans (all, oldest first, or ``instant_time``); report every other pending instant.
+
+    With ``instant_time``: a completed clean is reported as such, a pending instant of
+    another action raises ``UnsupportedTableError`` (no executor yet; left untouched) and a
+    clean owned by a live executor raises ``HeartbeatAliveError``. ``runners`` execute pending
+    instants of other services (``hoodie.actions.services.service_of``), called with the
+    instant and its service.
+    """
+    runners = runners or {}
+    config = load_table_config(storage)
+    require_clean_maintainable(storage, config, "execute")
+    timeline = Timeline.load(storage, config)
+    if instant_time is not None:
+        inst = timeline.get(instant_time)
+        if inst is None:
+            raise InstantStateError(f"{storage.base_uri}: no instant {instant_time} on the active timeline")
+        if inst.action is not Action.CLEAN and service_of(timeline, inst) not in runners:
+            if inst.is_completed:
+                raise InstantStateError(
+                    f"{instant_time}: {inst.action.value} is completed, nothing to execute"
+                )
+            raise UnsupportedTableError(_no_executor(timeline, inst))
+        targets = [inst]
+    else:
+        targets = timeline.pending()  # sorted by requested time
+    outcomes: list[ExecuteOutcome] = []
+    for n, inst in enumerate(targets):
+        # a job may have finished later instants (a rollback)
+        if n and outcomes[-1].status is ExecuteStatus.EXECUTED:
+            timeline = Timeline.load(storage, config)
+            current = timeline.get(inst.requested_time)
+            if current is None or current.is_completed:
+                continue
+        service = service_of(timeline, inst)
+        runner = runners.get(service) if service is not None else None
+        if inst.action is not Action.CLEAN and runner is None:
+            outcomes.append(ExecuteOutcome(inst, ExecuteStatus.NO_EXECUTOR, _no_executor(timeline, inst)))
+            continue
+        try:
+            if runner is not None and service is not None:
+                outcomes.append(runner(inst, service))
+                continue
+            result = execute_clean(
+                storage, config, lock, inst.requested_time, time_settings=time_settings,
+                parallelism=parallelism, heartbeat_interval_ms=heartbeat_interval_ms,
+                tolerable_misses=tolerable_misses, force=force,
+            )
+        except HeartbeatAliveError as exc:
+            if instant_time is not None:
+                raise
+            what = f"{inst.requested_time} {inst.action.value}"
+            outcomes.append(ExecuteOutcome(inst, ExecuteStatus.SKIPPED, f"{what}: skipped, {exc}"))
+            continue
+        outcomes.append(ExecuteOutcome(result.instant, ExecuteStatus.EXECUTED, result.summary(), result))
+    return outcomes
