@@ -56,7 +56,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hoodied.hoodie.crashpoints import crash_point
-from hoodied.hoodie.errors import HoodieFormatError, InstantStateError, StorageError, UnsupportedTableError
+from hoodied.hoodie.errors import (
+    HeartbeatAliveError,
+    HoodieFormatError,
+    InstantStateError,
+    StorageError,
+    UnsupportedTableError,
+)
 from hoodied.hoodie.filenames import PARTITION_METAFILE, BaseFileName, LogFileName
 from hoodied.hoodie.heartbeat import (
     DEFAULT_INTERVAL_MS,
@@ -69,6 +75,7 @@ from hoodied.hoodie.locks import TableLock
 from hoodied.hoodie.metadata.clean import clean_records, require_clean_maintainable
 from hoodied.hoodie.metadata.reader import metadata_table_in_use
 from hoodied.hoodie.metadata.writer import MetadataWriter
+from hoodied.hoodie.plan_files import check_partition, locate
 from hoodied.hoodie.properties import TableConfig
 from hoodied.hoodie.storage import Storage
 from hoodied.hoodie.timeline.active import Timeline
@@ -80,6 +87,7 @@ log = logging.getLogger(__name__)
 
 __all__ = [
     "CLEAN_METADATA_VERSION",
+    "DEFAULT_PARALLELISM",
     "PAUSE_POINTS",
     "CleanResult",
     "PlannedDelete",
@@ -156,21 +164,6 @@ class CleanResult:
 # ---------------------------------------------------------------------------- plan checking
 
 
-def _strip_file_scheme(path: str) -> str:
-    for scheme in ("file://", "file:"):
-        if path.startswith(scheme):
-            return path[len(scheme):]
-    return path
-
-
-def _check_partition(partition: str, where: str) -> str:
-    p = partition.strip("/")
-    parts = p.split("/") if p else []
-    if partition.startswith("/") or ".." in parts or (parts and parts[0] == ".hoodie") or "\\" in p:
-        raise HoodieFormatError(f"{where}: partition {partition!r} is not a partition of the table")
-    return p
-
-
 def _is_data_file(name: str) -> bool:
     if BaseFileName.parse(name) is not None:
         return True
@@ -182,6 +175,7 @@ class _Resolver:
     """Plan paths -> paths relative to the table, with the rules of the module docstring."""
 
     def __init__(self, storage: Storage, where: str) -> None:
+        self.storage = storage
         self.base = storage.base_uri.rstrip("/")
         local = storage.local_path("")
         self.real_base = os.path.realpath(local) if local is not None else None
@@ -199,13 +193,14 @@ class _Resolver:
             )
         if "/" not in planned and ":" not in planned:
             return PlannedDelete(partition, rel, planned)  # v1 plans: a file name in its partition
-        path = _strip_file_scheme(planned)
-        if not path.startswith("/") and "://" not in path:  # relative to the base path
+        loc = locate(self.storage, planned)
+        path = loc.path
+        if not loc.is_location:  # relative to the base path
             if path != rel:
                 raise HoodieFormatError(f"{self.where}: plan names {planned} under partition {partition!r}")
             return PlannedDelete(partition, rel, planned)
-        if path.startswith(self.base + "/"):
-            if path[len(self.base) + 1:] != rel:
+        if loc.relative is not None:  # under our base path
+            if loc.relative != rel:
                 raise HoodieFormatError(
                     f"{self.where}: plan names {planned} under partition {partition!r}, "
                     f"but the file is not in that partition"
@@ -244,7 +239,7 @@ def resolve_plan(storage: Storage, plan: Mapping[str, Any], where: str) -> Resol
     files: dict[str, list[PlannedDelete]] = {}
     if version == 1:
         for partition, names in v1.items():
-            p = _check_partition(str(partition), where)
+            p = check_partition(str(partition), where)
             files[p] = [resolver.resolve(p, str(n)) for n in names or ()]
     else:
         if not v2 and any(v1.values()):
@@ -253,7 +248,7 @@ def resolve_plan(storage: Storage, plan: Mapping[str, Any], where: str) -> Resol
                 "filesToBeDeletedPerPartition field"
             )
         for partition, infos in v2.items():
-            p = _check_partition(str(partition), where)
+            p = check_partition(str(partition), where)
             out: list[PlannedDelete] = []
             for info in infos or ():
                 if info.get("isBootstrapBaseFile"):
@@ -269,7 +264,7 @@ def resolve_plan(storage: Storage, plan: Mapping[str, Any], where: str) -> Resol
             if f.relative in seen:
                 raise HoodieFormatError(f"{where}: plan names {f.relative} twice")
             seen.add(f.relative)
-    partitions = [_check_partition(str(p), where) for p in plan.get("partitionsToBeDeleted") or ()]
+    partitions = [check_partition(str(p), where) for p in plan.get("partitionsToBeDeleted") or ()]
     if "" in partitions:
         raise HoodieFormatError(f"{where}: plan deletes the table's root as a partition")
     eitr = plan.get("earliestInstantToRetain") or {}
@@ -414,7 +409,7 @@ def execute_clean(
         alive = not is_heartbeat_expired(storage, clean_time, interval_ms=heartbeat_interval_ms,
                                          tolerable_misses=tolerable_misses)
         if alive and not force:
-            raise InstantStateError(
+            raise HeartbeatAliveError(
                 f"{clean_time}: clean has a live heartbeat (last beat at "
                 f"{last_heartbeat_ms(storage, clean_time)} ms since the epoch); "
                 "another executor is working on it"

@@ -104,7 +104,7 @@ from hoodied.hoodie.locks import TableLock
 from hoodied.hoodie.markers import IOType, WriteMarkers
 from hoodied.hoodie.merge import MergeSpec
 from hoodied.hoodie.metadata.commit import CLUSTER, require_commit_maintainable
-from hoodied.hoodie.metadata.encode import RECORD_INDEX, MetadataRecord
+from hoodied.hoodie.metadata.encode import RECORD_INDEX, MetadataRow
 from hoodied.hoodie.plan_files import operation_slice
 from hoodied.hoodie.properties import TableConfig
 from hoodied.hoodie.reader import read_file_slice
@@ -426,7 +426,7 @@ def _write_stat(row: dict[str, Any]) -> dict[str, Any]:
 
 def _moved_keys(
     storage: Storage, config: TableConfig, instant_time: str, write_stats: list[dict[str, Any]]
-) -> list[MetadataRecord]:
+) -> list[MetadataRow]:
     """The ``record_index`` records of every key the clustering moved (none without a record index)."""
     if RECORD_INDEX not in config.metadata_partitions:
         return []

@@ -37,7 +37,7 @@ import tempfile
 import threading
 import uuid
 import zipfile
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -63,6 +63,7 @@ __all__ = [
     "run_operations",
     "spark_ddl",
     "spark_session",
+    "task_error",
 ]
 
 LOCAL = "local"
@@ -121,16 +122,28 @@ def _package_zip(folder: Path) -> Path:
     """``hoodied.hoodie`` and ``hoodied.executors`` as one zip (sources and package data) for Spark Connect.
 
     The packages are found where this interpreter imports them from, never by guessing a project
-    root, and only their own files go in (``hoodied`` is a namespace: no ``__init__`` of its own).
+    root, and only their own files go in. ``hoodied`` is a namespace package (no ``__init__`` of
+    its own), which zipimport finds only through a directory entry: every folder gets one.
     """
     target = folder / "hoodied-packages.zip"
     with zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as zf:
+        folders: set[str] = set()
+
+        def add_folder(name: Path) -> None:
+            for part in reversed((name, *name.parents[:-1])):
+                entry = part.as_posix() + "/"
+                if entry not in folders:
+                    folders.add(entry)
+                    zf.writestr(entry, b"")
+
         for package in _SHIPPED_PACKAGES:
             base = _package_folder(package)
             prefix = Path(*package.split("."))
             for path in sorted(base.rglob("*")):
                 if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc":
-                    zf.write(path, (prefix / path.relative_to(base)).as_posix())
+                    arcname = prefix / path.relative_to(base)
+                    add_folder(arcname.parent)
+                    zf.write(path, arcname.as_posix())
     return target
 
 
@@ -272,16 +285,28 @@ def _progress_reporting(session: SparkSession, count: int, progress: Progress | 
         yield
         return
     if type(session).__module__.startswith("pyspark.sql.connect"):  # a Spark Connect session
+        # imported here: a classic session needs none of Spark Connect's client modules
+        from pyspark.sql.connect.shell.progress import ProgressHandler, StageInfo
 
-        def handler(stages: Any, inflight_tasks: int, *args: Any, **kwargs: Any) -> None:
-            done = sum(getattr(s, "num_completed_tasks", 0) for s in stages)
-            progress(min(done, count), count)
+        report = progress
 
-        session.registerProgressHandler(handler)  # type: ignore[attr-defined]
+        class _TaskProgress(ProgressHandler):
+            def __call__(
+                self,
+                stages: Iterable[StageInfo] | None,
+                inflight_tasks: int,
+                operation_id: str | None,
+                done: bool,
+            ) -> None:
+                completed = sum(getattr(s, "num_completed_tasks", 0) for s in stages or ())
+                report(min(completed, count), count)
+
+        handler = _TaskProgress()
+        session.registerProgressHandler(handler)
         try:
             yield
         finally:
-            session.removeProgressHandler(handler)  # type: ignore[attr-defined]
+            session.removeProgressHandler(handler)
         return
     context = session.sparkContext
     group = f"hoodied-{uuid.uuid4().hex}"

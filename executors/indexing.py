@@ -96,8 +96,8 @@ from hoodied.hoodie.reader import read_file_slice
 from hoodied.hoodie.storage import Storage
 from hoodied.hoodie.table import HoodieTable
 from hoodied.hoodie.table_config_update import set_metadata_partition_state
-from hoodied.hoodie.timeline.active import Timeline, instant_time_to_datetime
-from hoodied.hoodie.timeline.instant import Action, Instant, State
+from hoodied.hoodie.timeline.active import Timeline
+from hoodied.hoodie.timeline.instant import Action, Instant, State, instant_time_to_epoch_ms
 from hoodied.hoodie.timeline.truetime import TimeSettings
 from hoodied.hoodie.timeline.writer import TimelineWriter
 
@@ -365,7 +365,7 @@ def _job(storage: Storage, config: TableConfig, timeline: Timeline, spec: IndexS
         schema = table.schema()
         slices = tuple(table.file_system_view().read_slices())
         tz = config.tzinfo
-        millis = tuple(int(instant_time_to_datetime(s.base_instant, tz).timestamp() * 1000) for s in slices)
+        millis = tuple(instant_time_to_epoch_ms(s.base_instant, tz) for s in slices)
         return _SliceRecordIndex(storage, config, timeline, schema, slices, millis), len(slices)
     if spec.kind == PARTITION_STATS:
         # the latest merged slices (getLazyLatestMergedPartitionFileSliceList), base files only

@@ -30,6 +30,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from hoodied.hoodie.actions.services import TableService, service_of
 from hoodied.hoodie.crashpoints import crash_point
 from hoodied.hoodie.errors import HoodieFormatError, InstantStateError
 from hoodied.hoodie.heartbeat import delete_heartbeat
@@ -48,8 +49,6 @@ __all__ = ["PAUSE_POINTS", "RollbackResult", "execute_rollback"]
 PAUSE_POINTS = ("inflight", "deletes-done", "mdt-rollback-inflight", "mdt-rollback-deletes-done",
                 "mdt-done", "completed")
 
-_RESETTABLE = {a.value: a for a in (Action.COMPACTION, Action.LOG_COMPACTION, Action.CLUSTERING,
-                                     Action.REPLACE_COMMIT)}
 
 
 @dataclass(slots=True)
@@ -104,19 +103,27 @@ def execute_rollback(writer: TimelineWriter, rollback_time: str) -> RollbackResu
         metadata = rollback_metadata(rollback_time, result.target_time, result.target_action, started, files)
         result.rollback = writer.complete(rollback_time, Action.ROLLBACK, metadata)
         crash_point("completed")
-    target_inst = timeline.get(result.target_time)
-    is_service = result.target_action in _RESETTABLE and (
-        result.target_action != Action.REPLACE_COMMIT.value
-        or (target_inst is not None and timeline.is_clustering(target_inst))
-    )
-    _reset_target(writer, result, is_service)
+    _reset_target(writer, result, _action_to_reset(timeline, result))
     return result
 
 
-def _reset_target(writer: TimelineWriter, result: RollbackResult, is_service: bool) -> None:
+def _action_to_reset(timeline: Timeline, result: RollbackResult) -> Action | None:
+    """The target's action when it is a table service that rewrites data (``TableService.rewrites_data``)."""
+    try:
+        action = Action(result.target_action)
+    except ValueError:  # an action hoodied does not know is no table service
+        return None
+    if action is Action.REPLACE_COMMIT:  # a v6 clustering, told apart by its plan
+        target = timeline.get(result.target_time)
+        service = service_of(timeline, target) if target is not None else None
+    else:
+        service = TableService.of_action(action)
+    return action if service is not None and service.rewrites_data else None
+
+
+def _reset_target(writer: TimelineWriter, result: RollbackResult, action: Action | None) -> None:
     """Table-service target: back to requested, markers and heartbeat gone (safe to repeat)."""
-    action = _RESETTABLE.get(result.target_action)
-    if action is None or not is_service:
+    if action is None:
         log.info("%s: target %s %s is not a table service; left as it is",
                  result.rollback.requested_time, result.target_action, result.target_time)
         return

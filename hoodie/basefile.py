@@ -47,6 +47,33 @@ from hoodied.hoodie.bloom import (
 from hoodied.hoodie.errors import UnsupportedTableError
 from hoodied.hoodie.storage import Storage
 
+__all__ = [
+    "COMMIT_SEQNO",
+    "COMMIT_TIME",
+    "DEFAULT_COMPRESSION",
+    "DEFAULT_ROW_GROUP_ROWS",
+    "FILE_NAME",
+    "KEY_AVRO_SCHEMA",
+    "KEY_BLOOM",
+    "KEY_BLOOM_TYPE",
+    "KEY_MAX",
+    "KEY_MIN",
+    "META_FIELDS",
+    "META_SCHEMA",
+    "PARTITION_PATH",
+    "RECORD_KEY",
+    "BaseFileStats",
+    "BaseFileWriter",
+    "arrow_to_avro_schema",
+    "avro_schema_json",
+    "read_footer",
+    "repeat_string",
+    "seqno_array",
+    "with_meta_columns",
+    "write_base_file",
+    "write_base_file_stream",
+]
+
 log = logging.getLogger(__name__)
 
 COMMIT_TIME = "_hoodie_commit_time"

@@ -39,6 +39,23 @@ import pyarrow as pa
 
 from hoodied.hoodie.errors import HoodieFormatError, UnsupportedTableError
 
+__all__ = [
+    "DEFAULT_FPP",
+    "DEFAULT_MAX_ENTRIES",
+    "DEFAULT_NUM_ENTRIES",
+    "HASH_JENKINS",
+    "HASH_MURMUR",
+    "MDT_NUM_ENTRIES",
+    "BloomFilter",
+    "BloomFilterType",
+    "bit_size",
+    "build_filter",
+    "hash_positions",
+    "hash_positions_bulk",
+    "murmur_hash",
+    "num_hashes",
+]
+
 HASH_JENKINS = 0
 HASH_MURMUR = 1
 

@@ -9,6 +9,23 @@ person looks at it.
 
 from __future__ import annotations
 
+__all__ = [
+    "ClockSkewError",
+    "FileAlreadyExistsError",
+    "HeartbeatAliveError",
+    "HoodieFormatError",
+    "HoodieServiceError",
+    "InstantNotReadyError",
+    "InstantStateError",
+    "LockError",
+    "LockLostError",
+    "LockServiceDownError",
+    "LockUnavailableError",
+    "StorageError",
+    "TableNotFoundError",
+    "UnsupportedTableError",
+]
+
 
 class HoodieServiceError(Exception):
     """Root of every error hoodied raises on purpose."""
@@ -53,6 +70,13 @@ class LockUnavailableError(LockError):
     """
 
 
+class LockServiceDownError(LockUnavailableError):
+    """The table lock could not be acquired because the lock service did not answer (last attempt).
+
+    Next step: try again later; the table is not at fault (never a reason to quarantine it).
+    """
+
+
 class LockLostError(LockError):
     """The holder no longer owns the table lock (lease expired, lock taken over or never held).
 
@@ -74,6 +98,13 @@ class InstantStateError(HoodieServiceError):
     """A timeline transition was asked of an instant that is not in the state it needs.
 
     Next step: reload the timeline; another writer may have moved or rolled back the instant.
+    """
+
+
+class HeartbeatAliveError(InstantStateError):
+    """The instant's Hudi heartbeat is fresh: another executor is working on it; nothing was changed.
+
+    Next step: leave it alone (or ``--force`` when that executor is known to be dead).
     """
 
 

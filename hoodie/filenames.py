@@ -15,6 +15,15 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+__all__ = [
+    "BASE_FILE_EXTENSIONS",
+    "PARTITION_METAFILE",
+    "BaseFileName",
+    "LogFileName",
+    "make_write_token",
+    "writer_instant",
+]
+
 _BASE_RE = re.compile(r"^(.+)_(\d+-\d+-\d+)_(\d+)\.([A-Za-z]+)$")
 _LOG_RE = re.compile(r"^\.(.+)_(\d*)\.(log|archive)\.(\d+)(?:_(\d+-\d+-\d+))?(\.cdc)?$")
 

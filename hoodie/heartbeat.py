@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from types import TracebackType
 
-from hoodied.hoodie.errors import InstantStateError
+from hoodied.hoodie.errors import HeartbeatAliveError, InstantStateError
 from hoodied.hoodie.storage import Storage
 from hoodied.hoodie.timeline.instant import Instant, State
 
@@ -78,7 +78,7 @@ def require_startable(
         return
     t = inst.requested_time
     if not is_heartbeat_expired(storage, t, interval_ms=interval_ms, tolerable_misses=tolerable_misses):
-        raise InstantStateError(
+        raise HeartbeatAliveError(
             f"{t}: {what} has a live heartbeat (last beat at {last_heartbeat_ms(storage, t)} ms since "
             "the epoch); another executor is working on it"
         )

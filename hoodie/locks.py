@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Protocol, runtime_checkable
 
-from hoodied.hoodie.errors import LockLostError, LockUnavailableError
+from hoodied.hoodie.errors import LockLostError, LockServiceDownError, LockUnavailableError
 
 log = logging.getLogger(__name__)
 
@@ -168,13 +168,14 @@ class TableLockBase(ABC):
         s = self.settings
         attempts = s.retries + 1
         problem = "no attempt made"
+        error = LockUnavailableError  # the last attempt's cause decides: a busy lock or a service down
         for attempt in range(attempts):
             if attempt:
                 time.sleep(s.retry_interval_ms / 1000)
             try:
                 token = self._try_acquire(s.wait_ms / 1000)
             except LockBackendError as exc:
-                problem = f"lock service unreachable: {exc}"
+                problem, error = f"lock service unreachable: {exc}", LockServiceDownError
                 log.warning("%s: attempt %d/%d failed: %s", self._describe(), attempt + 1, attempts, problem)
                 continue
             if token is not None:
@@ -185,8 +186,9 @@ class TableLockBase(ABC):
                 return token
             holder = self._holder()
             problem = f"held by {holder}" if holder else "held by another writer"
+            error = LockUnavailableError
             log.info("%s: attempt %d/%d: %s", self._describe(), attempt + 1, attempts, problem)
-        raise LockUnavailableError(
+        raise error(
             f"{self._describe()}: table lock not acquired after {attempts} attempt(s) "
             f"of {s.wait_ms} ms each ({problem})"
         )

@@ -11,19 +11,37 @@ files, or that belong to another file group than the operation's, are errors.
 
 ``operation_slice`` turns one plan operation into the ``FileSlice`` the reader merges
 (sizes from storage; a file that is missing fails with a one-line error naming it).
+
+This module is the one owner of plan paths for every table service: ``plan_path`` writes a
+table-relative path the way Hudi names it in a plan (the base path + the relative path),
+``locate`` reads one back (``file:`` schemes stripped, as Hadoop's ``Path`` does), and each
+service applies its own rules on top: ``resolve_file`` (compaction and clustering slices),
+``plan_relative_path`` (``HoodieRollbackPlan``; mirrors ``BaseRollbackHelper``) and the clean
+executor's resolver (``HoodieCleanerPlan``, which also accepts links to the base path).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from hoodied.hoodie.errors import HoodieFormatError
 from hoodied.hoodie.filenames import BaseFileName, LogFileName
 from hoodied.hoodie.fsview import BaseFile, FileSlice, LogFile
 from hoodied.hoodie.storage import Storage
 
-__all__ = ["check_partition", "operation_slice", "resolve_file"]
+__all__ = [
+    "PlanPath",
+    "check_partition",
+    "locate",
+    "operation_slice",
+    "plan_path",
+    "plan_relative_path",
+    "resolve_file",
+    "strip_file_scheme",
+]
 
+#: The local-file schemes Hudi's paths may carry (``file:///t/p/f`` and ``file:/t/p/f``).
 _SCHEMES = ("file://", "file:")
 
 
@@ -36,11 +54,52 @@ def check_partition(partition: str, where: str) -> str:
     return p
 
 
-def _strip_scheme(path: str) -> str:
+def strip_file_scheme(path: str) -> str:
+    """``path`` without a leading ``file:`` scheme (other schemes are kept)."""
     for scheme in _SCHEMES:
         if path.startswith(scheme):
             return path[len(scheme):]
     return path
+
+
+def plan_path(storage: Storage, relative: str) -> str:
+    """The full path a plan names for the table-relative ``relative``: base path + it (as Hudi)."""
+    return f"{storage.base_uri.rstrip('/')}/{relative}"
+
+
+@dataclass(frozen=True, slots=True)
+class PlanPath:
+    """A path named in a plan, as this table sees it."""
+
+    #: the path with its ``file:`` scheme stripped
+    path: str
+    #: a full location (absolute, or with a scheme such as ``s3a://``), not a table-relative path
+    is_location: bool
+    #: the path relative to the base path: the location's tail when it is under this table's
+    #: base path, the path as written when it is relative; ``None`` for a location elsewhere
+    relative: str | None
+
+
+def locate(storage: Storage, planned: str) -> PlanPath:
+    """Where a plan's path points: under this table's base path, relative to it, or elsewhere."""
+    path = strip_file_scheme(planned)
+    if not path.startswith("/") and "://" not in path:
+        return PlanPath(path, False, path)
+    base = strip_file_scheme(storage.base_uri).rstrip("/")
+    inside = path[len(base) + 1:] if path.startswith(base + "/") else None
+    return PlanPath(path, True, inside)
+
+
+def plan_relative_path(storage: Storage, path: str, where: str, *, in_partition: bool = False) -> str:
+    """A rollback plan's full path -> the path inside ``storage`` (``p/f``); refuses paths outside the
+    table, under ``.hoodie/`` or climbing out with ``..``. ``in_partition`` also refuses files at the
+    table's root (every MDT file lives in an MDT partition folder)."""
+    rel = locate(storage, path).relative
+    if rel is None:
+        raise HoodieFormatError(f"{where}: plan names {path}, which is outside the table {storage.base_uri}")
+    if not rel or ".." in rel.split("/") or rel.startswith(".hoodie/") or (in_partition and "/" not in rel):
+        raise HoodieFormatError(f"{where}: plan names {path}, which is not a data file of the table")
+    return rel
 
 
 def resolve_file(storage: Storage, partition: str, planned: str, where: str) -> str:
@@ -53,23 +112,17 @@ def resolve_file(storage: Storage, partition: str, planned: str, where: str) -> 
         raise HoodieFormatError(f"{where}: plan names {planned}, which is not a file of the table")
     if "/" not in planned:
         return rel
-    path = _strip_scheme(planned)
-    base = _strip_scheme(storage.base_uri).rstrip("/")
-    if path.startswith(base + "/"):
-        inside = path[len(base) + 1:]
-        if inside != rel:
+    loc = locate(storage, planned)
+    if loc.relative is not None:  # under our base path, or relative to it
+        if loc.relative != rel:
             raise HoodieFormatError(f"{where}: plan names {planned}, which is not in partition {partition!r}")
         return rel
-    if "://" not in path and not path.startswith("/") and path != rel:
-        raise HoodieFormatError(f"{where}: plan names {planned}, which is not in partition {partition!r}")
     # another machine's base path: the same partition and file name under ours
-    suffix = "/" + rel
-    if "://" in path or path.startswith("/"):
-        if not path.endswith(suffix):
-            raise HoodieFormatError(
-                f"{where}: plan names {planned}, outside the table {storage.base_uri} and not "
-                f"ending in .../{rel}"
-            )
+    if not loc.path.endswith("/" + rel):
+        raise HoodieFormatError(
+            f"{where}: plan names {planned}, outside the table {storage.base_uri} and not "
+            f"ending in .../{rel}"
+        )
     return rel
 
 

@@ -30,6 +30,25 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from hoodied.hoodie.errors import HoodieFormatError, TableNotFoundError, UnsupportedTableError
 from hoodied.hoodie.storage import Storage
 
+__all__ = [
+    "KEYS",
+    "PROPERTIES_BACKUP_FILE",
+    "PROPERTIES_FILE",
+    "SUPPORTED_VERSIONS",
+    "ConfigKey",
+    "MergeMode",
+    "TableConfig",
+    "TableType",
+    "format_java_properties",
+    "java_date",
+    "load_table_config",
+    "parse_java_properties",
+    "partition_metadata_text",
+    "properties_text",
+    "read_table_properties",
+    "table_checksum",
+]
+
 log = logging.getLogger(__name__)
 
 PROPERTIES_FILE = ".hoodie/hoodie.properties"

@@ -236,7 +236,7 @@ def _base_batches(
         # with the number of row groups; this way it stays at one row group's worth.
         for group in range(pf.metadata.num_row_groups):
             for batch in pf.iter_batches(batch_size=batch_size, row_groups=[group], use_threads=True):
-                yield conform(batch, schema)  # type: ignore[misc]
+                yield conform(batch, schema)
             pool.release_unused()
     except (pa.ArrowInvalid, OSError) as exc:
         if isinstance(exc, FileNotFoundError):
@@ -253,7 +253,7 @@ def _as_batches(
     if data.num_rows == 0:
         return
     if isinstance(data, pa.RecordBatch):
-        yield conform(data, schema)  # type: ignore[misc]
+        yield conform(data, schema)
         return
     table = conform(data, schema)
-    yield from table.to_batches(max_chunksize=batch_size)  # type: ignore[union-attr]
+    yield from table.to_batches(max_chunksize=batch_size)

@@ -1,9 +1,10 @@
 """Executing the file deletions of a ``HoodieRollbackPlan``, for the data table and its MDT.
 
 A rollback plan names full paths (``/base/p/f``, ``file:/base/p/f``, ``file:///base/p/f``) per
-rollback request. ``delete_planned_files`` turns each into a path inside the table, refuses any
-that leaves it, deletes it (a file already gone counts: an earlier run got there first) and
-builds the ``partitionMetadata`` of ``HoodieRollbackMetadata``; ``rollback_metadata`` completes
+rollback request. ``delete_planned_files`` turns each into a path inside the table
+(``hoodie.plan_files.plan_relative_path``, which refuses any that leaves it), deletes it (a file
+already gone counts: an earlier run got there first) and builds the ``partitionMetadata`` of
+``HoodieRollbackMetadata``; ``rollback_metadata`` completes
 that record. Plans with ``logBlocksToBeDeleted`` (table version 6 command blocks) are refused.
 """
 
@@ -13,35 +14,15 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from hoodied.hoodie.errors import HoodieFormatError, UnsupportedTableError
+from hoodied.hoodie.errors import UnsupportedTableError
 from hoodied.hoodie.locks import TableLock
+from hoodied.hoodie.plan_files import plan_relative_path
 from hoodied.hoodie.storage import Storage
 
-__all__ = ["DeletedFiles", "delete_planned_files", "plan_relative_path", "rollback_metadata"]
+__all__ = ["ROLLBACK_METADATA_VERSION", "DeletedFiles", "delete_planned_files", "rollback_metadata"]
 
 #: ``HoodieRollbackMetadata.version`` as Hudi 1.x writes it.
 ROLLBACK_METADATA_VERSION = 1
-
-
-def plan_relative_path(storage: Storage, path: str, where: str, *, in_partition: bool = False) -> str:
-    """A plan's full path -> the path inside ``storage`` (``p/f``); refuses paths outside the table,
-    under ``.hoodie/`` or climbing out with ``..``. ``in_partition`` also refuses files at the
-    table's root (every MDT file lives in an MDT partition folder)."""
-    p = path
-    for scheme in ("file://", "file:"):
-        if p.startswith(scheme):
-            p = p[len(scheme):]
-            break
-    base = storage.base_uri.rstrip("/") + "/"
-    if p.startswith(base):
-        rel = p[len(base):]
-    elif not p.startswith("/") and "://" not in p:
-        rel = p
-    else:
-        raise HoodieFormatError(f"{where}: plan names {path}, which is outside the table {storage.base_uri}")
-    if not rel or ".." in rel.split("/") or rel.startswith(".hoodie/") or (in_partition and "/" not in rel):
-        raise HoodieFormatError(f"{where}: plan names {path}, which is not a data file of the table")
-    return rel
 
 
 @dataclass(slots=True)

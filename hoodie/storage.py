@@ -21,6 +21,8 @@ from urllib.parse import unquote, urlparse
 
 from hoodied.hoodie.errors import FileAlreadyExistsError, StorageError, TableNotFoundError
 
+__all__ = ["FileInfo", "LocalStorage", "Storage", "WriteOnceFile", "storage_for"]
+
 
 @dataclass(frozen=True, slots=True)
 class FileInfo:

@@ -43,11 +43,11 @@ from typing import Any
 
 from hoodied.hoodie.errors import InstantStateError
 from hoodied.hoodie.filenames import BaseFileName
-from hoodied.hoodie.metadata.encode import MetadataRecord
+from hoodied.hoodie.metadata.encode import MetadataRow
 from hoodied.hoodie.metadata.index_records import record_index_record
 from hoodied.hoodie.properties import TableConfig
-from hoodied.hoodie.timeline.active import Timeline, instant_time_to_datetime
-from hoodied.hoodie.timeline.instant import Action, Instant
+from hoodied.hoodie.timeline.active import Timeline
+from hoodied.hoodie.timeline.instant import Action, Instant, instant_time_to_epoch_ms
 from hoodied.hoodie.timeline.plans import ClusteringPlan
 
 __all__ = [
@@ -211,14 +211,14 @@ def require_no_conflict(timeline: Timeline, clustering: Instant, plan: Clusterin
 
 def record_index_updates(
     moved: Iterable[tuple[str, str, Iterable[str]]], instant_time: str, config: TableConfig
-) -> list[MetadataRecord]:
+) -> list[MetadataRow]:
     """``record_index`` records (key, record) of the records a clustering moved.
 
     ``moved``: (partition, new file id, record keys written to it). Every record points at the
     new file group, with the clustering instant (epoch ms in the timeline's time zone) as its
     instant, as Hudi's record index update of a new file group does.
     """
-    millis = int(instant_time_to_datetime(instant_time, config.tzinfo).timestamp() * 1000)
+    millis = instant_time_to_epoch_ms(instant_time, config.tzinfo)
     return [
         (key, record_index_record(key, partition, file_id, millis))
         for partition, file_id, keys in moved

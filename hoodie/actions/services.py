@@ -4,15 +4,20 @@ Hudi names a pending table service by its requested action (``HoodieTimeline.COM
 ``LOG_COMPACTION_ACTION``, ``CLUSTERING_ACTION``, ``CLEAN_ACTION``, ``INDEXING_ACTION``), with one
 exception kept from table version 6: a clustering there is requested as a ``replacecommit``
 whose plan is a clustering plan (``ClusteringUtils.isClusteringInstant``), which ``service_of``
-resolves through the timeline. Every other module asks this one rather than listing actions.
+resolves through the timeline. Every other module asks this one rather than listing actions,
+the timeline included (``Timeline.pending_table_services``): this module needs only the
+``Action`` vocabulary at run time, so the timeline can import it without a cycle.
 """
 
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import TYPE_CHECKING
 
-from hoodied.hoodie.timeline.active import Timeline
 from hoodied.hoodie.timeline.instant import COMPLETED_ACTION, Action, Instant
+
+if TYPE_CHECKING:  # the timeline imports this module; a type is all this module needs of it
+    from hoodied.hoodie.timeline.active import Timeline
 
 __all__ = ["TableService", "is_table_service", "service_of"]
 
@@ -46,6 +51,11 @@ class TableService(StrEnum):
         """Executed as a Spark job (clean runs in the driving process alone)."""
         return self is not TableService.CLEAN
 
+    @classmethod
+    def of_action(cls, action: Action) -> TableService | None:
+        """The service requested under ``action`` (a v6 ``replacecommit`` needs ``service_of``)."""
+        return _BY_ACTION.get(action)
+
 
 _ACTIONS: dict[TableService, Action] = {
     TableService.CLEAN: Action.CLEAN,
@@ -61,7 +71,7 @@ def service_of(timeline: Timeline, instant: Instant) -> TableService | None:
     """The service of a pending instant (a v6 clustering is a ``replacecommit``), or ``None``."""
     if instant.action is Action.REPLACE_COMMIT:
         return TableService.CLUSTERING if timeline.is_clustering(instant) else None
-    return _BY_ACTION.get(instant.action)
+    return TableService.of_action(instant.action)
 
 
 def is_table_service(timeline: Timeline, instant: Instant) -> bool:

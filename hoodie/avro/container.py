@@ -20,6 +20,17 @@ from fastavro.types import Schema
 
 from hoodied.hoodie.errors import HoodieFormatError
 
+__all__ = [
+    "AVRO_MAGIC",
+    "SCHEMA_NAMES",
+    "is_avro_container",
+    "read_single_record",
+    "schema",
+    "schema_json",
+    "write_single_record",
+    "writer_schema_name",
+]
+
 AVRO_MAGIC = b"Obj\x01"
 
 #: Schemas shipped in ``hoodie/avro/schemas`` (file name = record name).

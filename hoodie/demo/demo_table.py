@@ -32,6 +32,8 @@ from hoodied.hoodie.errors import HoodieServiceError
 from hoodied.hoodie.properties import TableType
 from hoodied.hoodie.storage import LocalStorage
 
+__all__ = ["CITIES", "SCHEMA", "create_demo_table"]
+
 SCHEMA = pa.schema(
     [
         ("trip_id", pa.string()),

@@ -68,6 +68,8 @@ from hoodied.hoodie.storage import Storage
 from hoodied.hoodie.timeline import commit_metadata as cm
 from hoodied.hoodie.timeline.instant import Action, Instant, State
 
+__all__ = ["DEFAULT_MAX_FILE_ROWS", "CommitResult", "TableSpec", "TableWriter", "create_table"]
+
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_FILE_ROWS = 250_000

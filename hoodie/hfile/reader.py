@@ -39,6 +39,34 @@ from fastavro.types import Schema
 
 from hoodied.hoodie.errors import HoodieFormatError, UnsupportedTableError
 
+__all__ = [
+    "CODEC_GZ",
+    "CODEC_NAMES",
+    "CODEC_NONE",
+    "DATA_MAGIC",
+    "ENCODED_DATA_MAGIC",
+    "FILE_INFO_DATA_BLOCK_ENCODING",
+    "FILE_INFO_KV_VERSION",
+    "FILE_INFO_LAST_KEY",
+    "FILE_INFO_MAGIC",
+    "FILE_INFO_MAX_MEMSTORE_TS",
+    "FILE_INFO_MAX_TAGS_LEN",
+    "FILE_INFO_SCHEMA",
+    "FILE_INFO_TAGS_COMPRESSED",
+    "HEADER_SIZE",
+    "INTERMEDIATE_INDEX_MAGIC",
+    "LEAF_INDEX_MAGIC",
+    "META_MAGIC",
+    "PBUF_MAGIC",
+    "ROOT_INDEX_MAGIC",
+    "TRAILER_MAGIC",
+    "TRAILER_SIZE",
+    "HFileReader",
+    "Trailer",
+    "parse_avro_schema",
+    "row_of_key",
+]
+
 TRAILER_SIZE = 4096
 HEADER_SIZE = 33
 TRAILER_MAGIC = b'TRABLK"$'

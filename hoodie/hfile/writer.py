@@ -63,6 +63,25 @@ from hoodied.hoodie.hfile.reader import (
     TRAILER_SIZE,
 )
 
+__all__ = [
+    "BLOOM_META_BLOCK",
+    "BYTES_PER_CHECKSUM",
+    "COMPARATOR_CLASS",
+    "DEFAULT_BLOCK_SIZE",
+    "FILE_INFO_AVG_KEY_LEN",
+    "FILE_INFO_AVG_VALUE_LEN",
+    "FILE_INFO_BLOOM_TYPE",
+    "FILE_INFO_CREATE_TIME",
+    "FILE_INFO_MAX_KEY",
+    "FILE_INFO_MIN_KEY",
+    "HFileWriter",
+    "encode_base_hfile",
+    "encode_block",
+    "encode_cell",
+    "encode_log_block_hfile",
+    "java_hashmap_order",
+]
+
 #: ``hoodie.hfile.block.size`` and the log-block HFile block size (both 1 MiB).
 DEFAULT_BLOCK_SIZE = 1 << 20
 BYTES_PER_CHECKSUM = 16384

@@ -36,6 +36,22 @@ from hoodied.hoodie.avro.encode import encode_avro_records
 from hoodied.hoodie.errors import HoodieFormatError, UnsupportedTableError
 from hoodied.hoodie.log.frame import BlockType, CommandType, LogBlock
 
+__all__ = [
+    "AVRO_DATA_BLOCK_VERSION",
+    "DELETE_BLOCK_VERSION",
+    "DeleteRecord",
+    "avro_block_records",
+    "avro_block_schema",
+    "avro_block_to_arrow",
+    "delete_block_records",
+    "encode_avro_data_block",
+    "encode_delete_block",
+    "encode_parquet_data_block",
+    "hfile_block_content",
+    "is_rollback_command",
+    "parquet_block_table",
+]
+
 AVRO_DATA_BLOCK_VERSION = 3
 DELETE_BLOCK_VERSION = 3
 

@@ -43,6 +43,22 @@ from pyroaring import BitMap64
 from hoodied.hoodie.errors import HoodieFormatError, UnsupportedTableError
 from hoodied.hoodie.storage import Storage
 
+__all__ = [
+    "LOG_FORMAT_VERSION",
+    "MAGIC",
+    "BlockType",
+    "CommandType",
+    "HeaderKey",
+    "LogBlock",
+    "decode_record_positions",
+    "encode_block",
+    "encode_command_block",
+    "encode_metadata",
+    "encode_record_positions",
+    "read_log_blocks",
+    "write_log_file",
+]
+
 log = logging.getLogger(__name__)
 
 MAGIC = b"#HUDI#"

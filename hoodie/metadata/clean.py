@@ -35,7 +35,7 @@ from hoodied.hoodie.metadata.encode import (
     FILES,
     PARTITION_STATS,
     RECORD_INDEX,
-    MetadataRecord,
+    MetadataRow,
     bloom_filter_key,
     column_stats_key,
     empty_record,
@@ -86,7 +86,7 @@ def require_clean_maintainable(
 
 def _column_stats_tombstone(
     partition: str, file_name: str, column: str, table_version: int
-) -> MetadataRecord:
+) -> MetadataRow:
     key = column_stats_key(column, partition, file_name)
     payload: dict[str, Any] = {
         "fileName": file_name,
@@ -107,7 +107,7 @@ def _column_stats_tombstone(
     return key, record
 
 
-def _bloom_tombstone(partition: str, file_name: str, instant_time: str) -> MetadataRecord:
+def _bloom_tombstone(partition: str, file_name: str, instant_time: str) -> MetadataRow:
     key = bloom_filter_key(partition, file_name)
     record = empty_record(key, RecordType.BLOOM_FILTER)
     record["BloomFilterMetadata"] = {
@@ -124,7 +124,7 @@ def clean_records(
     config: TableConfig,
     instant_time: str,
     deleted: Mapping[str, Iterable[str]],
-) -> dict[str, list[MetadataRecord]]:
+) -> dict[str, list[MetadataRow]]:
     """The MDT records of clean ``instant_time``, per MDT partition that gets any.
 
     ``deleted``: partition -> the file names of its ``deletePathPatterns`` (every partition of
@@ -133,7 +133,7 @@ def clean_records(
     """
     declared = set(config.metadata_partitions)
     names = {p: sorted(set(v)) for p, v in deleted.items()}
-    out: dict[str, list[MetadataRecord]] = {FILES: [files_record(p, {}, n) for p, n in sorted(names.items())]}
+    out: dict[str, list[MetadataRow]] = {FILES: [files_record(p, {}, n) for p, n in sorted(names.items())]}
     if COLUMN_STATS in declared:
         columns = column_stats_columns(storage, config.props) or ()
         out[COLUMN_STATS] = [

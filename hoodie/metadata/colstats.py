@@ -39,9 +39,24 @@ from typing import Any
 import pyarrow.parquet as pq
 
 from hoodied.hoodie.errors import HoodieFormatError, UnsupportedTableError
-from hoodied.hoodie.metadata.encode import MetadataRecord, column_stats_key, empty_record, partition_stats_key
+from hoodied.hoodie.metadata.encode import column_stats_key, empty_record, partition_stats_key
 from hoodied.hoodie.metadata.records import RecordType, partition_to_key
 from hoodied.hoodie.storage import Storage
+
+__all__ = [
+    "INDEX_DEFS_PROPERTY",
+    "V1_TYPES",
+    "ColumnRange",
+    "ValueType",
+    "column_ranges",
+    "column_stats_columns",
+    "column_stats_records",
+    "index_definitions",
+    "java_bytes",
+    "partition_ranges",
+    "partition_stats_records",
+    "read_parquet_metadata",
+]
 
 _WRAPPER_NS = "org.apache.hudi.avro.model."
 INDEX_DEFS_PROPERTY = "hoodie.table.index.defs.path"
@@ -258,7 +273,7 @@ def column_ranges(
             low, high = (
                 (_primitive(vtype, stats.min_raw), _primitive(vtype, stats.max_raw)) if has else (None, None)
             )
-            if vtype in (ValueType.FLOAT, ValueType.DOUBLE) and low is not None:
+            if vtype in (ValueType.FLOAT, ValueType.DOUBLE) and low is not None and high is not None:
                 low, high = _float_bounds(low, high)
             piece = ColumnRange(
                 file_name,
@@ -315,7 +330,7 @@ def _stats_payload(r: ColumnRange, file_name: str, table_version: int, *, tight:
 
 def column_stats_records(
     partition: str, ranges: Iterable[ColumnRange], table_version: int
-) -> list[MetadataRecord]:
+) -> list[tuple[str, dict[str, Any]]]:
     """Type 3 records (``column_stats`` partition) for the ranges of one or more files of a partition."""
     out = []
     for r in ranges:
@@ -336,7 +351,7 @@ def partition_ranges(ranges: Iterable[ColumnRange]) -> list[ColumnRange]:
 
 def partition_stats_records(
     partition: str, ranges: Iterable[ColumnRange], table_version: int
-) -> list[MetadataRecord]:
+) -> list[tuple[str, dict[str, Any]]]:
     """Type 6 records (``partition_stats``): ``ranges`` of the partition's files merged per column."""
     out = []
     for r in partition_ranges(ranges):

@@ -335,9 +335,9 @@ def commit_mdt_records(
     declared = set(data_config.metadata_partitions)
     version = data_config.version
     new = _new_files(commit_metadata)
-    out: dict[str, list[MetadataRecord]] = {
-        FILES: [partition_list_record(sorted(new))] + [files_record(p, f) for p, f in sorted(new.items())]
-    }
+    files: list[MetadataRecord] = [partition_list_record(sorted(new))]
+    files += [files_record(p, f) for p, f in sorted(new.items())]
+    out: dict[str, list[MetadataRecord]] = {FILES: files}
     if BLOOM_FILTERS in declared:
         bloom_type = data_config.props.get(BLOOM_TYPE_PROPERTY, DEFAULT_BLOOM_TYPE)
         out[BLOOM_FILTERS] = [

@@ -41,9 +41,40 @@ from hoodied.hoodie.hfile.writer import encode_base_hfile, encode_log_block_hfil
 from hoodied.hoodie.log import BlockType, HeaderKey, encode_block
 from hoodied.hoodie.metadata.records import ALL_PARTITIONS_KEY, RecordType, partition_to_key
 
+__all__ = [
+    "BLOOM_FILTERS",
+    "COLUMN_STATS",
+    "FILES",
+    "FILE_ID_PREFIXES",
+    "HASH_SEED",
+    "PARTITION_STATS",
+    "RECORD_INDEX",
+    "MetadataRecord",
+    "MetadataRow",
+    "bloom_filter_key",
+    "column_stats_key",
+    "empty_record",
+    "encode_hfile_data_block",
+    "encode_mdt_base_file",
+    "encode_value",
+    "file_group_id",
+    "file_group_index",
+    "files_record",
+    "hash_id_128",
+    "hash_id_64",
+    "metadata_payload_schema_json",
+    "metadata_schema",
+    "metadata_schema_json",
+    "partition_list_record",
+    "partition_stats_key",
+    "xxh64",
+]
+
 #: One MDT row: (row key, HoodieMetadataRecord as a dict, ``key`` field included); a record of
 #: None is a delete of the key (record and secondary index deletes: a DELETE block entry).
 MetadataRecord = tuple[str, dict[str, Any] | None]
+#: An MDT row that is never a delete (what most record builders return).
+MetadataRow = tuple[str, dict[str, Any]]
 
 FILES = "files"
 COLUMN_STATS = "column_stats"
@@ -97,7 +128,8 @@ def _schema_version(table_version: int) -> int:
 def metadata_schema_json(table_version: int) -> str:
     """The HoodieMetadataRecord writer schema Hudi embeds for tables of ``table_version``."""
     name = f"HoodieMetadataRecord.v{_schema_version(table_version)}.avsc"
-    return resources.files("hoodied.hoodie.avro").joinpath("schemas", name).read_text(encoding="utf-8").strip()
+    schemas = resources.files("hoodied.hoodie.avro").joinpath("schemas")
+    return schemas.joinpath(name).read_text(encoding="utf-8").strip()
 
 
 @cache
@@ -221,7 +253,7 @@ def empty_record(key: str, record_type: RecordType) -> dict[str, Any]:
     return record
 
 
-def partition_list_record(added: Iterable[str] = (), deleted: Iterable[str] = ()) -> MetadataRecord:
+def partition_list_record(added: Iterable[str] = (), deleted: Iterable[str] = ()) -> MetadataRow:
     """Type 1 ``__all_partitions__``: partitions that appeared (size 0) or disappeared (tombstone)."""
     info = {partition_to_key(p): {"size": 0, "isDeleted": False} for p in added}
     info.update({partition_to_key(p): {"size": 0, "isDeleted": True} for p in deleted})
@@ -230,7 +262,7 @@ def partition_list_record(added: Iterable[str] = (), deleted: Iterable[str] = ()
     return ALL_PARTITIONS_KEY, record
 
 
-def files_record(partition: str, added: Mapping[str, int], deleted: Iterable[str] = ()) -> MetadataRecord:
+def files_record(partition: str, added: Mapping[str, int], deleted: Iterable[str] = ()) -> MetadataRow:
     """Type 2 record of one data partition: files added with their sizes, deleted files as tombstones.
 
     Sizes must be positive (``HoodieMetadataPayload.validatePayload``); a name both added and

@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
-from hoodied.hoodie.errors import InstantStateError
+from hoodied.hoodie.errors import HeartbeatAliveError, InstantStateError
 from hoodied.hoodie.filenames import BaseFileName, LogFileName
 from hoodied.hoodie.heartbeat import (
     DEFAULT_INTERVAL_MS,
@@ -107,7 +107,7 @@ def abort_indexing(
         return None
     if not force and not is_heartbeat_expired(storage, instant_time, interval_ms=heartbeat_interval_ms,
                                               tolerable_misses=tolerable_misses):
-        raise InstantStateError(
+        raise HeartbeatAliveError(
             f"{instant_time}: indexing has a live heartbeat (last beat at "
             f"{last_heartbeat_ms(storage, instant_time)} ms since the epoch); another executor is "
             "working on it")

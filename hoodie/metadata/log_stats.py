@@ -124,9 +124,9 @@ def _field_type(schema_json: str, column: str, where: str) -> tuple[ValueType, s
     schema = real[0] if len(real) == 1 else None
     kind = schema.get("type") if isinstance(schema, dict) else schema
     logical = schema.get("logicalType") if isinstance(schema, dict) else None
-    if logical == "decimal" and kind in ("bytes", "fixed"):
-        return ValueType.DECIMAL, f"{schema['precision']},{schema.get('scale', 0)}"  # type: ignore[index]
-    if (kind, logical) in _LOGICAL:
+    if isinstance(schema, dict) and logical == "decimal" and kind in ("bytes", "fixed"):
+        return ValueType.DECIMAL, f"{schema['precision']},{schema.get('scale', 0)}"
+    if isinstance(kind, str) and isinstance(logical, str) and (kind, logical) in _LOGICAL:
         return _LOGICAL[(kind, logical)], None
     if isinstance(kind, str) and kind in _PRIMITIVE:
         return _PRIMITIVE[kind], None

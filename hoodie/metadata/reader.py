@@ -56,6 +56,20 @@ from hoodied.hoodie.storage import Storage
 from hoodied.hoodie.timeline.active import Timeline
 from hoodied.hoodie.timeline.instant import Action, Instant
 
+__all__ = [
+    "INIT_INSTANT_PREFIX",
+    "METADATA_FOLDER",
+    "FilesByPartition",
+    "ListingDrift",
+    "MdtFileSlice",
+    "MetadataTable",
+    "PartitionDrift",
+    "listing_drift",
+    "metadata_table_in_use",
+    "require_no_metadata_table",
+    "valid_instant_times",
+]
+
 log = logging.getLogger(__name__)
 
 METADATA_FOLDER = ".hoodie/metadata"

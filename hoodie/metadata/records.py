@@ -16,6 +16,19 @@ from collections.abc import Mapping
 from enum import IntEnum
 from typing import Any
 
+__all__ = [
+    "ALL_PARTITIONS_KEY",
+    "FILES_PARTITION",
+    "NON_PARTITIONED_KEY",
+    "FileListing",
+    "RecordType",
+    "combine_listings",
+    "file_listing",
+    "key_to_partition",
+    "live_files",
+    "partition_to_key",
+]
+
 ALL_PARTITIONS_KEY = "__all_partitions__"
 NON_PARTITIONED_KEY = "."
 FILES_PARTITION = "files"

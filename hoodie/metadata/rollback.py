@@ -47,6 +47,7 @@ from hoodied.hoodie.errors import HoodieFormatError, InstantStateError, Unsuppor
 from hoodied.hoodie.filenames import BaseFileName, LogFileName
 from hoodied.hoodie.locks import TableLock
 from hoodied.hoodie.metadata.reader import METADATA_FOLDER, metadata_table_in_use
+from hoodied.hoodie.plan_files import plan_path
 from hoodied.hoodie.properties import TableConfig, load_table_config
 from hoodied.hoodie.rollback_files import delete_planned_files, rollback_metadata
 from hoodied.hoodie.storage import Storage
@@ -171,10 +172,6 @@ def _file_id(rel: str) -> str:
     return log_name.file_id if log_name is not None else ""
 
 
-def _full_path(storage: Storage, rel: str) -> str:
-    return f"{storage.base_uri.rstrip('/')}/{rel}"
-
-
 def plan_mdt_rollback(storage: Storage, target: Instant) -> dict[str, Any]:
     """The ``HoodieRollbackPlan`` deleting every MDT file the delta commit ``target`` wrote."""
     requests: list[dict[str, Any]] = []
@@ -188,7 +185,7 @@ def plan_mdt_rollback(storage: Storage, target: Instant) -> dict[str, Any]:
                 "partitionPath": partition,
                 "fileId": file_id,
                 "latestBaseInstant": target.requested_time,
-                "filesToBeDeleted": [_full_path(storage, r) for r in rels],
+                "filesToBeDeleted": [plan_path(storage, r) for r in rels],
                 "logBlocksToBeDeleted": {},
             })
     return {

@@ -13,8 +13,9 @@ files, from the completed file's modification time in the table timezone, as Hud
 them. With ``include_history=True`` the LSM history (``hoodie.timeline.history``) adds the completed
 instants that were archived.
 
-Instant time grammar (``HoodieInstantTimeGenerator``): ``yyyyMMddHHmmssSSS`` (17 digits),
-legacy ``yyyyMMddHHmmss`` (14 digits, read as millisecond 999).
+Instant times (``HoodieInstantTimeGenerator``) are parsed and formatted by ``hoodie.timeline.instant``;
+``instant_time_to_datetime`` and ``datetime_to_instant_time`` are re-exported here for the
+timeline's callers.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, tzinfo
 from typing import Any
 
+from hoodied.hoodie.actions.services import service_of
 from hoodied.hoodie.avro.container import is_avro_container, read_single_record
 from hoodied.hoodie.errors import HoodieFormatError
 from hoodied.hoodie.properties import TableConfig
@@ -34,13 +36,23 @@ from hoodied.hoodie.storage import Storage
 from hoodied.hoodie.timeline.history import History
 from hoodied.hoodie.timeline.instant import (
     COMPLETED_ACTION,
-    TABLE_SERVICE_ACTIONS,
     Action,
     Instant,
     State,
+    datetime_to_instant_time,
+    instant_time_to_datetime,
     parse_instant_file_name,
 )
 from hoodied.hoodie.timeline.plans import Plan, decode_plan
+
+__all__ = [
+    "PLAN_ACTIONS",
+    "Timeline",
+    "datetime_to_instant_time",
+    "decode_metadata",
+    "instant_time_to_datetime",
+    "parse_timeline_file_name",
+]
 
 log = logging.getLogger(__name__)
 
@@ -60,24 +72,6 @@ PLAN_ACTIONS = frozenset(
         Action.INDEXING,
     }
 )
-
-
-def instant_time_to_datetime(value: str, tz: tzinfo) -> datetime:
-    """Parse a 17-digit (or legacy 14-digit, millisecond 999) instant time in zone ``tz``."""
-    if not value.isdigit() or len(value) not in (14, 17):
-        raise HoodieFormatError(f"{value!r}: not an instant time (yyyyMMddHHmmssSSS)")
-    millis = int(value[14:17]) if len(value) == 17 else 999
-    try:
-        base = datetime.strptime(value[:14], "%Y%m%d%H%M%S")
-    except ValueError:
-        raise HoodieFormatError(f"{value!r}: not a valid date-time instant") from None
-    return base.replace(microsecond=millis * 1000, tzinfo=tz)
-
-
-def datetime_to_instant_time(dt: datetime, tz: tzinfo) -> str:
-    """Format ``dt`` (naive = already in ``tz``) as a 17-digit instant time in zone ``tz``."""
-    local = dt.astimezone(tz) if dt.tzinfo is not None else dt
-    return local.strftime("%Y%m%d%H%M%S") + f"{local.microsecond // 1000:03d}"
 
 
 def parse_timeline_file_name(folder: str, name: str) -> Instant | None:
@@ -345,14 +339,9 @@ class Timeline:
         return cached
 
     def pending_table_services(self) -> list[Instant]:
-        """Pending compaction, log compaction, clustering (v6: clustering replacecommits), clean, indexing."""
-        out = []
-        for inst in self.pending():
-            if inst.action in TABLE_SERVICE_ACTIONS:
-                out.append(inst)
-            elif inst.action is Action.REPLACE_COMMIT and self.is_clustering(inst):
-                out.append(inst)
-        return out
+        """Pending compaction, log compaction, clustering (v6: clustering replacecommits), clean, indexing:
+        the instants of a ``TableService`` (``hoodie.actions.services``)."""
+        return [inst for inst in self.pending() if service_of(self, inst) is not None]
 
     def _replace_map(self, instant: Instant) -> dict[str, list[str]]:
         cached = self._replaced.get(instant.requested_time)

@@ -40,6 +40,20 @@ from hoodied.hoodie.properties import TableConfig
 from hoodied.hoodie.storage import Storage
 from hoodied.hoodie.timeline.instant import Action, Instant, State, normalize_time
 
+__all__ = [
+    "COLUMNS",
+    "MANIFEST_PREFIX",
+    "VERSION_FILE",
+    "History",
+    "HistoryEntry",
+    "HistoryFileName",
+    "format_manifest",
+    "latest_version",
+    "manifest_name",
+    "parse_manifest_name",
+    "read_manifest",
+]
+
 log = logging.getLogger(__name__)
 
 VERSION_FILE = "_version_"

@@ -8,15 +8,36 @@ Grammar (``InstantFileNameParserV2``; layout 1 is the same without ``_completion
 
 with one quirk in every layout: the inflight of a plain ``commit`` is ``<T>.inflight``.
 Ordering of instant times is plain string order, as in Hudi.
+
+Instant times (``HoodieInstantTimeGenerator``): ``yyyyMMddHHmmssSSS`` (17 digits) in the table's
+timeline time zone, legacy ``yyyyMMddHHmmss`` (14 digits, read as millisecond 999). This module
+is their one parser and formatter (``instant_time_to_datetime``, ``datetime_to_instant_time``).
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from datetime import datetime, tzinfo
 from enum import StrEnum
 
 from hoodied.hoodie.errors import HoodieFormatError
+
+__all__ = [
+    "COMPLETED_ACTION",
+    "WRITE_ACTIONS",
+    "Action",
+    "Instant",
+    "State",
+    "datetime_to_instant_time",
+    "epoch_to_instant_time",
+    "instant_time_to_datetime",
+    "instant_time_to_epoch_ms",
+    "is_instant_time",
+    "normalize_time",
+    "parse_instant_file_name",
+    "require_instant_time",
+]
 
 
 class Action(StrEnum):
@@ -59,13 +80,36 @@ WRITE_ACTIONS = frozenset(
     }
 )
 
-#: Table services hoodied executes.
-TABLE_SERVICE_ACTIONS = frozenset(
-    {Action.COMPACTION, Action.LOG_COMPACTION, Action.CLUSTERING, Action.CLEAN, Action.INDEXING}
-)
-
 _FILE_RE = re.compile(r"^(\d+)(?:_(\d+))?\.([a-z]+)(?:\.([a-z]+))?$")
 _ACTIONS = {a.value: a for a in Action}
+
+
+def instant_time_to_datetime(value: str, tz: tzinfo) -> datetime:
+    """Parse a 17-digit (or legacy 14-digit, millisecond 999) instant time in zone ``tz``."""
+    if not value.isdigit() or len(value) not in (14, 17):
+        raise HoodieFormatError(f"{value!r}: not an instant time (yyyyMMddHHmmssSSS)")
+    millis = int(value[14:17]) if len(value) == 17 else 999
+    try:
+        base = datetime.strptime(value[:14], "%Y%m%d%H%M%S")
+    except ValueError:
+        raise HoodieFormatError(f"{value!r}: not a valid date-time instant") from None
+    return base.replace(microsecond=millis * 1000, tzinfo=tz)
+
+
+def datetime_to_instant_time(dt: datetime, tz: tzinfo) -> str:
+    """Format ``dt`` (naive = already in ``tz``) as a 17-digit instant time in zone ``tz``."""
+    local = dt.astimezone(tz) if dt.tzinfo is not None else dt
+    return local.strftime("%Y%m%d%H%M%S") + f"{local.microsecond // 1000:03d}"
+
+
+def epoch_to_instant_time(epoch_s: float, tz: tzinfo) -> str:
+    """The instant time of the moment ``epoch_s`` (seconds since the epoch) in zone ``tz``."""
+    return datetime_to_instant_time(datetime.fromtimestamp(epoch_s, tz), tz)
+
+
+def instant_time_to_epoch_ms(value: str, tz: tzinfo) -> int:
+    """Milliseconds since the epoch of the instant time ``value`` in zone ``tz``."""
+    return int(instant_time_to_datetime(value, tz).timestamp() * 1000)
 
 
 def normalize_time(value: str) -> str:

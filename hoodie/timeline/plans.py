@@ -16,6 +16,25 @@ from typing import Any
 
 from hoodied.hoodie.timeline.instant import Action, Instant
 
+__all__ = [
+    "CleanFileInfo",
+    "CleanerPlan",
+    "ClusteringGroup",
+    "ClusteringPlan",
+    "CompactionOperation",
+    "CompactionPlan",
+    "IndexPartitionInfo",
+    "IndexPlan",
+    "InstantInfo",
+    "Plan",
+    "RestorePlan",
+    "RollbackPlan",
+    "RollbackRequest",
+    "SliceInfo",
+    "compaction_operation",
+    "decode_plan",
+]
+
 
 def _name(path: str | None) -> str | None:
     """Bare file name of a file name, relative path or URI."""

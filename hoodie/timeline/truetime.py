@@ -23,14 +23,17 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, tzinfo
+from datetime import tzinfo
 
 from hoodied.hoodie.errors import ClockSkewError
 from hoodied.hoodie.locks import TableLock
 from hoodied.hoodie.properties import TableConfig
 from hoodied.hoodie.storage import Storage
-from hoodied.hoodie.timeline.active import datetime_to_instant_time, instant_time_to_datetime
-from hoodied.hoodie.timeline.instant import parse_instant_file_name
+from hoodied.hoodie.timeline.instant import (
+    epoch_to_instant_time,
+    instant_time_to_datetime,
+    parse_instant_file_name,
+)
 
 log = logging.getLogger(__name__)
 
@@ -110,7 +113,7 @@ class TrueTime:
 
     def format(self, epoch_s: float) -> str:
         """``epoch_s`` as a 17-digit instant time in this generator's zone."""
-        return datetime_to_instant_time(datetime.fromtimestamp(epoch_s, self.tz), self.tz)
+        return epoch_to_instant_time(epoch_s, self.tz)
 
     def generate(self, lock: TableLock, floor: str | None = None) -> str:
         """A new time, strictly greater than ``floor`` and every time issued here for the table.

@@ -18,7 +18,6 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-import hoodied.service.cli.services as cli_services
 from hoodied.executors.clean import execute_clean
 from hoodied.hoodie.errors import LockLostError
 from hoodied.hoodie.locks import LockSettings
@@ -26,6 +25,7 @@ from hoodied.hoodie.properties import load_table_config
 from hoodied.hoodie.storage import LocalStorage
 from hoodied.hoodie.timeline.active import Timeline
 from hoodied.hoodie.timeline.truetime import TimeSettings
+from hoodied.planners import clean as cli_services
 from hoodied.planners.clean import CleanSettings, planned_files
 from hoodied.service.cli.main import cli
 from hoodied.service.locks import RedisLockFactory
@@ -66,7 +66,7 @@ def _wait_ready(proc: subprocess.Popen[bytes], ready: Path) -> None:
 
 
 @pytest.mark.parametrize("fid,policy,point", CRASHES)
-def test_kill_9_at_every_step_then_a_rerun_completes_the_clean(  # type: ignore[no-untyped-def]
+def test_kill_9_at_every_step_then_a_rerun_completes_the_clean(
     hudi_table, tmp_path: Path, fid: str, policy: str, point: str
 ) -> None:
     root = hudi_table(fid)
@@ -139,7 +139,7 @@ def test_kill_9_at_every_step_then_a_rerun_completes_the_clean(  # type: ignore[
 # ---------------------------------------------------------------------------- Redis goes away
 
 
-def test_redis_stopped_during_scheduling(  # type: ignore[no-untyped-def]
+def test_redis_stopped_during_scheduling(
     hudi_table, redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch  # noqa: F811
 ) -> None:
     root = hudi_table("cow/v9_txns_simple_nometa")
@@ -166,7 +166,7 @@ def test_redis_stopped_during_scheduling(  # type: ignore[no-untyped-def]
         # Redis goes away while the scheduler holds the lock, after planning, before the plan is written
         real = cli_services.plan_clean
 
-        def plan_then_lose_redis(*args, **kwargs):  # type: ignore[no-untyped-def]
+        def plan_then_lose_redis(*args, **kwargs):
             result = real(*args, **kwargs)
             redis_server.stop()
             return result
@@ -188,7 +188,7 @@ def test_redis_stopped_during_scheduling(  # type: ignore[no-untyped-def]
 
 
 @pytest.mark.parametrize("lock", ["local", "redis"])
-def test_two_processes_scheduling_at_once_make_exactly_one_plan(  # type: ignore[no-untyped-def]
+def test_two_processes_scheduling_at_once_make_exactly_one_plan(
     hudi_table, redis_server: RedisServer, lock: str  # noqa: F811
 ) -> None:
     root = hudi_table("cow/v9_txns_simple_nometa")

@@ -31,7 +31,7 @@ REFUSED = {"cow/v9_lance_nonpartitioned": "base file format LANCE"}
 
 @pytest.mark.parametrize("fid", sorted(ALL_FIXTURES) or [pytest.param("none", marks=pytest.mark.skip(
     reason="no Hudi fixtures found (set HOODIED_FIXTURES)"))])
-def test_clean_on_every_fixture(fid: str, hudi_table, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_clean_on_every_fixture(fid: str, hudi_table, tmp_path: Path) -> None:
     root = hudi_table(fid)
     before = _files(root)
     scheduled = CliRunner().invoke(cli, ["schedule", "clean", str(root), "--policy",

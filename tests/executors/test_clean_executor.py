@@ -179,7 +179,7 @@ CASES = [
 
 
 @pytest.mark.parametrize("fid,policy,n,compactions", CASES)
-def test_schedule_and_execute_clean_on_real_tables(  # type: ignore[no-untyped-def]
+def test_schedule_and_execute_clean_on_real_tables(
     hudi_table, fid: str, policy: str, n: int, compactions: int
 ) -> None:
     root = hudi_table(fid)
@@ -294,7 +294,7 @@ def _request(root: Path, plan: dict[str, Any] | bytes) -> str:
 
 
 @pytest.mark.parametrize("shape", ["v2-foreign-base", "v2-file-uri", "v1-names"])
-def test_plans_written_by_hudi_elsewhere_are_executed(hudi_table, shape: str) -> None:  # type: ignore[no-untyped-def]
+def test_plans_written_by_hudi_elsewhere_are_executed(hudi_table, shape: str) -> None:
     root = hudi_table("cow/v9_txns_simple_nometa")
     base = {"v2-foreign-base": "s3a://lake/warehouse/db/v9_txns_simple_nometa",
             "v2-file-uri": f"file:{root}", "v1-names": None}[shape]
@@ -314,7 +314,7 @@ def test_plans_written_by_hudi_elsewhere_are_executed(hudi_table, shape: str) ->
     assert md["extraMetadata"] == {"written_by": "hudi"} and md["totalFilesDeleted"] == len(expected)
 
 
-def test_files_already_gone_are_recorded_as_hudi_does(hudi_table) -> None:  # type: ignore[no-untyped-def]
+def test_files_already_gone_are_recorded_as_hudi_does(hudi_table) -> None:
     root = hudi_table("cow/v9_txns_simple_nometa")
     plan, expected = _hudi_plan(root)
     gone = sorted(expected)[:3]
@@ -337,7 +337,7 @@ def test_files_already_gone_are_recorded_as_hudi_does(hudi_table) -> None:  # ty
     assert failed == set(gone)
 
 
-def test_partitions_to_be_deleted(hudi_table) -> None:  # type: ignore[no-untyped-def]
+def test_partitions_to_be_deleted(hudi_table) -> None:
     root = hudi_table("cow/v6_simplekeygen_nonhivestyle_overwritetable")
     expected, _ = expected_deletions(root, "KEEP_LATEST_FILE_VERSIONS", 1)
     storage, _, timeline = _open(root)
@@ -392,7 +392,7 @@ def _unchanged(root: Path, before: set[str], *args: str, code: int, message: str
 @pytest.mark.parametrize("bad", [
     "outside", "outside-partition", "not-a-data-file", "dot-dot", "two-bases", "metadata-folder", "bootstrap",
 ])
-def test_a_plan_naming_files_outside_the_table_is_refused(hudi_table, bad: str) -> None:  # type: ignore[no-untyped-def]
+def test_a_plan_naming_files_outside_the_table_is_refused(hudi_table, bad: str) -> None:
     root = hudi_table("cow/v9_txns_simple_nometa")
     plan, expected = _hudi_plan(root, base="s3a://lake/t")
     partition, infos = next(iter(plan["filePathsToBeDeletedPerPartition"].items()))
@@ -424,7 +424,7 @@ def test_a_plan_naming_files_outside_the_table_is_refused(hudi_table, bad: str) 
     assert _open(root)[2].get(t).state is State.REQUESTED  # type: ignore[union-attr]
 
 
-def test_corrupt_or_empty_plan_is_refused(hudi_table) -> None:  # type: ignore[no-untyped-def]
+def test_corrupt_or_empty_plan_is_refused(hudi_table) -> None:
     root = hudi_table("cow/v9_txns_simple_nometa")
     plan, _ = _hudi_plan(root)
     good = encode_with_hudi_schema(plan, "HoodieCleanerPlan")
@@ -435,7 +435,7 @@ def test_corrupt_or_empty_plan_is_refused(hudi_table) -> None:  # type: ignore[n
     _unchanged(root, before, code=4, message="clean plan is empty")
 
 
-def test_unsupported_table_version_is_refused(hudi_table) -> None:  # type: ignore[no-untyped-def]
+def test_unsupported_table_version_is_refused(hudi_table) -> None:
     root = hudi_table("cow/v9_txns_simple_nometa")
     plan, _ = _hudi_plan(root)
     t = _request(root, plan)
@@ -445,7 +445,7 @@ def test_unsupported_table_version_is_refused(hudi_table) -> None:  # type: igno
     _unchanged(root, before, "--instant", t, code=5, message="table version 7 is not supported")
 
 
-def test_table_with_an_unmaintained_mdt_partition_is_refused(hudi_table) -> None:  # type: ignore[no-untyped-def]
+def test_table_with_an_unmaintained_mdt_partition_is_refused(hudi_table) -> None:
     root = hudi_table("cow/v9_txns_simple_meta")
     add_mdt_partition(root, "expr_index_city")
     storage, config, timeline = _open(root)
@@ -495,7 +495,7 @@ def _reopen_latest_write(root: Path, action: str) -> str:
     return done.name.split("_")[0]
 
 
-def test_execute_reports_other_pending_actions_and_skips_live_cleans(hudi_table) -> None:  # type: ignore[no-untyped-def]
+def test_execute_reports_other_pending_actions_and_skips_live_cleans(hudi_table) -> None:
     root = hudi_table("mor/avro/v9_txns_simple_nometa")
     w = _reopen_latest_write(root, "deltacommit")  # a writer's delta commit: nothing for hoodied to run
     out = _run("schedule", "clean", str(root), "--retained", "1", *SKEW)
@@ -527,7 +527,7 @@ def test_execute_reports_other_pending_actions_and_skips_live_cleans(hudi_table)
         execute_clean(storage, load_table_config(storage), InProcessLock(storage.base_uri), w)
 
 
-def test_execute_leaves_a_pending_rollback_of_a_data_write_to_the_writer(hudi_table) -> None:  # type: ignore[no-untyped-def]
+def test_execute_leaves_a_pending_rollback_of_a_data_write_to_the_writer(hudi_table) -> None:
     root = hudi_table("cow/v9_txns_simple_nometa")
     w = _reopen_latest_write(root, "commit")  # a failed data write its writer planned a rollback for
     storage, config, _ = _open(root)
@@ -548,7 +548,7 @@ def test_execute_leaves_a_pending_rollback_of_a_data_write_to_the_writer(hudi_ta
     assert _files(root) == before
 
 
-def test_failed_write_leftovers_are_cleaned(hudi_table) -> None:  # type: ignore[no-untyped-def]
+def test_failed_write_leftovers_are_cleaned(hudi_table) -> None:
     """A base file of an instant a completed rollback undid (the rollback could not delete it)
     is planned and deleted whatever the retention; nothing any reader counts changes."""
     from hoodied.hoodie.avro.container import write_single_record

@@ -22,7 +22,7 @@ from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, cast
 
 import fastavro
 import pyarrow as pa
@@ -51,11 +51,12 @@ from hoodied.hoodie.storage import LocalStorage
 from hoodied.hoodie.table import HoodieTable
 from hoodied.hoodie.timeline import commit_metadata as cm
 from hoodied.hoodie.timeline.active import Timeline, decode_metadata, instant_time_to_datetime
-from hoodied.hoodie.timeline.instant import Action, State
+from hoodied.hoodie.timeline.instant import Action, Instant, State
+from hoodied.hoodie.timeline.plans import ClusteringPlan, SliceInfo
 from hoodied.hoodie.timeline.truetime import TimeSettings
 from hoodied.planners.clustering import ClusteringSettings, schedule_clustering
 from hoodied.service.cli.report import committed_listing_drift
-from hoodied.service.cli.services import rollback_failed_attempt
+from hoodied.service.operations import rollback_failed_attempt
 from hoodied.service.spark_jobs import run_spark_service
 from tests.executors.test_compaction_mdt import _declare, _snapshot
 from tests.executors.test_indexing import live_records
@@ -95,6 +96,23 @@ def _storage(root: Path) -> LocalStorage:
 def _timeline(root: Path) -> Timeline:
     storage = _storage(root)
     return Timeline.load(storage, load_table_config(storage))
+
+
+def _instant(root: Path, t: str) -> Instant:
+    inst = _timeline(root).get(t)
+    assert inst is not None, t
+    return inst
+
+
+def _plan(root: Path, t: str) -> ClusteringPlan:
+    plan = _timeline(root).plan(_instant(root, t))
+    assert isinstance(plan, ClusteringPlan), t
+    return plan
+
+
+def _base_path(root: Path, s: SliceInfo) -> Path:
+    assert s.base_file_name is not None, s
+    return root / s.partition_path / s.base_file_name
 
 
 def _timeline_dir(root: Path) -> Path:
@@ -219,7 +237,7 @@ def test_executes_the_plan_hudi_wrote(tmp_path: Path, spark: Session, fid: str) 
     hudi_meta = decode_metadata(_completed_file(root, t).read_bytes(), "hudi")
     hudi_files = {p.relative_to(root).parent.as_posix(): p for p in _outputs(root, t)}
     hudi_rows = {part: _rows_in_order(p) for part, p in hudi_files.items()}
-    plan = _timeline(root).plan(_timeline(root).get(t))  # type: ignore[arg-type]
+    plan = _plan(root, t)
     _reopen(root, t)
     assert hudi_rs_rows(root) == before
     result = run_spark_service(_storage(root), InProcessLock(str(root)), t, spark, time_settings=FAST)
@@ -227,7 +245,7 @@ def test_executes_the_plan_hudi_wrote(tmp_path: Path, spark: Session, fid: str) 
     timeline = _timeline(root)
     rollbacks = timeline.completed((Action.ROLLBACK,))
     assert [timeline.read_commit_metadata(r)["commitsRollback"] for r in rollbacks] == [[t]]
-    meta = _check_clustered(root, t, result, set(plan.file_groups), before, as_of)  # type: ignore[union-attr]
+    meta = _check_clustered(root, t, result, set(plan.file_groups), before, as_of)
     # as Hudi did it: same replaced groups, one output per group, same counts, same rows in the same order
     assert {p: sorted(ids) for p, ids in meta["partitionToReplaceFileIds"].items()} == {
         p: sorted(ids) for p, ids in hudi_meta["partitionToReplaceFileIds"].items()}
@@ -279,7 +297,7 @@ def test_hudis_plan_on_a_metadata_table(
     assert len(hudis) == len(moved) > 0
     _reopen(root, t)  # the MDT still holds Hudi's delta commit T: rolled back with the attempt
     result = run_spark_service(_storage(root), InProcessLock(str(root)), t, spark, time_settings=FAST)
-    assert result.instant.is_completed
+    assert isinstance(result, ClusteringResult) and result.instant.is_completed
     mdt_storage = LocalStorage(str(root / METADATA_FOLDER))
     mdt = Timeline.load(mdt_storage, load_table_config(mdt_storage, metadata_table=True))
     assert [i.action for i in mdt.completed() if i.requested_time == t] == [Action.DELTA_COMMIT]
@@ -289,7 +307,7 @@ def test_hudis_plan_on_a_metadata_table(
     assert set(hudi_rs_slices(_without_mdt(root, tmp_path))) == set(hudi_rs_slices(root))
     assert committed_listing_drift(HoodieTable.open(str(root))).count == 0
     ours = _record_index(root, moved)
-    new_groups = {(s["partitionPath"], s["fileId"]) for s in result.write_stats}  # type: ignore[attr-defined]
+    new_groups = {(s["partitionPath"], s["fileId"]) for s in result.write_stats}
     for key in moved:
         a, b = ours[key], hudis[key]
         bits = (a["fileIdHighBits"] % 2**64) << 64 | a["fileIdLowBits"] % 2**64
@@ -321,11 +339,11 @@ def test_hoodieds_plan_on_a_version_8_metadata_table(tmp_path: Path, spark: Sess
 # ---------------------------------------------------------------------------- hoodied's plans, v6 / v8 / v9
 
 
-def _schedule(root: Path, settings: ClusteringSettings) -> tuple[str, Any]:
+def _schedule(root: Path, settings: ClusteringSettings) -> tuple[str, ClusteringPlan]:
     storage = _storage(root)
     inst, result = schedule_clustering(storage, InProcessLock(storage.base_uri), settings, time_settings=FAST)
     assert inst is not None, result.summary()
-    return inst.requested_time, _timeline(root).plan(_timeline(root).get(inst.requested_time))  # type: ignore[arg-type]
+    return inst.requested_time, _plan(root, inst.requested_time)
 
 
 def _sorted_by(table: pa.Table, columns: tuple[str, ...]) -> bool:
@@ -380,7 +398,8 @@ def test_splits_into_output_groups_and_at_the_target_size(
     assert {g.num_output_file_groups for g in plan.input_groups} == {3}
     # executing with a small target (and small row groups): each output part rolls over into -1, -2...
     requested = _timeline_dir(root) / f"{t}.clustering.requested"
-    raw = _timeline(root).read_plan(_timeline(root).get(t))  # type: ignore[arg-type]
+    raw = _timeline(root).read_plan(_instant(root, t))
+    assert raw is not None
     params = raw["clusteringPlan"]["strategy"]["strategyParams"]
     params["hoodie.clustering.plan.strategy.target.file.max.bytes"] = "2000"
     requested.unlink()
@@ -403,10 +422,10 @@ def test_splits_into_output_groups_and_at_the_target_size(
         assert not sort or _sorted_by(rows, sort)
         parts_rows.add(tuple(rows.column("_hoodie_record_key").to_pylist()))
     if not sort:  # each part is a run of whole slices, in the plan's order
-        expected = set()
+        expected: set[tuple[Any, ...]] = set()
         for group in plan.input_groups:
-            keys = [pq.read_table(root / s.partition_path / s.base_file_name).column("_hoodie_record_key")
-                    .to_pylist() for s in group.slices]  # type: ignore[operator]
+            keys = [pq.read_table(_base_path(root, s)).column("_hoodie_record_key").to_pylist()
+                    for s in group.slices]
             points = split_points(len(keys), 3)
             expected.update(tuple(k for ks in keys[a:b] for k in ks) for a, b in itertools.pairwise(points))
         assert parts_rows == expected
@@ -440,12 +459,12 @@ def test_a_write_to_a_planned_file_group_after_planning_is_a_conflict(tmp_path: 
     # an update of a key that lives in that file group, written after the plan (a log file in it)
     writer.upsert(pa.Table.from_pylist([_live_row(root, partition, file_id)], schema=SCHEMA))
     after = hudi_rs_rows(root)
-    found = conflicting_writes(_timeline(root), _timeline(root).get(t), plan)  # type: ignore[arg-type]
+    found = conflicting_writes(_timeline(root), _instant(root, t), plan)
     found_groups = [(i.requested_time, groups) for i, groups in found]
     assert found_groups == [(writer.instants[-1], [(partition, file_id)])]
     with pytest.raises(WriteConflictError, match=f"changed file group {file_id}"):
         _run(root, t, spark)
-    assert _timeline(root).get(t).state is State.REQUESTED  # type: ignore[union-attr]
+    assert _instant(root, t).state is State.REQUESTED
     assert not _outputs(root, t) and hudi_rs_rows(root) == after
 
 
@@ -496,7 +515,7 @@ def test_a_conflicting_write_during_the_job_leaves_a_recoverable_attempt(
     with pytest.raises(WriteConflictError):
         _run(root, t, spark, progress=concurrent_write)
     after = hudi_rs_rows(root)
-    assert _timeline(root).get(t).state is State.INFLIGHT  # type: ignore[union-attr]
+    assert _instant(root, t).state is State.INFLIGHT
     assert _outputs(root, t)  # written, not committed: invisible
     assert ("99.0" in str(after)) and hudi_rs_rows(root) == after
     storage = _storage(root)
@@ -513,13 +532,13 @@ def test_a_plan_naming_a_missing_file_fails_and_changes_nothing(tmp_path: Path, 
     _reopen(root, t)
     (_timeline_dir(root) / f"{t}.clustering.inflight").unlink()
     before = hudi_rs_rows(root)
-    slice_info = _timeline(root).plan(_timeline(root).get(t)).input_groups[0].slices[0]  # type: ignore[union-attr]
-    missing = root / slice_info.partition_path / slice_info.base_file_name  # type: ignore[operator]
+    slice_info = _plan(root, t).input_groups[0].slices[0]
+    missing = _base_path(root, slice_info)
     missing.rename(missing.with_name("moved-away"))
     name = slice_info.base_file_name
     with pytest.raises(HoodieFormatError, match=f"plan names base file .*{name}, which is missing"):
         _run(root, t, spark)
-    assert _timeline(root).get(t).state is State.REQUESTED  # type: ignore[union-attr]
+    assert _instant(root, t).state is State.REQUESTED
     assert not (root / ".hoodie" / ".heartbeat" / t).exists() and not _outputs(root, t)
     missing.with_name("moved-away").rename(missing)
     assert hudi_rs_rows(root) == before
@@ -562,7 +581,7 @@ def test_refusals(tmp_path: Path, spark: Session) -> None:
         requested.write_bytes(write_single_record(plan, "HoodieRequestedReplaceMetadata"))
         with pytest.raises(UnsupportedTableError, match=message):
             _run(root, t, spark)
-        assert _timeline(root).get(t).state is State.REQUESTED  # type: ignore[union-attr]
+        assert _instant(root, t).state is State.REQUESTED
     requested.unlink()
     requested.write_bytes(original)
     assert _snapshot(root) == before
@@ -606,7 +625,7 @@ def test_kill_9_then_rollback_and_retry(tmp_path: Path, spark: Session, case: st
         pending = [f"{t}.replacecommit.inflight", f"{t}.replacecommit.requested"]
     before = hudi_rs_rows(root)
     slices_before = set(hudi_rs_slices(root))
-    groups = len(_timeline(root).plan(_timeline(root).get(t)).input_groups)  # type: ignore[union-attr]
+    groups = len(_plan(root, t).input_groups)
     proc = start_paused(_DRIVER, [str(root), t], point, tmp_path / "ready")
     try:
         deadline = time.monotonic() + 180
@@ -636,7 +655,7 @@ def test_kill_9_then_rollback_and_retry(tmp_path: Path, spark: Session, case: st
     parts = meta["partitionMetadata"].values()
     deleted = {f.rsplit("/", 1)[-1] for p in parts for f in p["successDeleteFiles"]}
     assert set(written) <= deleted
-    assert result.instant.is_completed
+    assert isinstance(result, ClusteringResult) and result.instant.is_completed
     assert {p.name for p in _outputs(root, t)} == {s["path"].rsplit("/", 1)[-1] for s in result.write_stats}
     assert not set(written) & {p.name for p in _outputs(root, t)}
     assert hudi_rs_rows(root) == before
@@ -673,6 +692,7 @@ def test_record_index_updates_point_at_the_new_file_groups(tmp_path: Path) -> No
     # it encodes as the value Hudi's record index stores (the indexing build's encoding)
     value = record_index_value("region=apac", file_id, expected, config.version)
     decoded = fastavro.schemaless_reader(io.BytesIO(value), metadata_schema(config.version))
+    decoded = cast(dict[str, Any], decoded)  # a HoodieMetadataRecord
     assert decoded["recordIndexMetadata"] == info
 
 

@@ -39,7 +39,7 @@ from hoodied.hoodie.timeline.instant import Action, State
 from hoodied.hoodie.timeline.truetime import TimeSettings
 from hoodied.planners.compaction import CompactionSettings, CompactionStrategy, schedule_compaction
 from hoodied.service.cli.main import cli
-from hoodied.service.cli.schedule import run_compaction
+from hoodied.service.spark_jobs import run_compaction
 from tests.helpers.crash_driver import kill_group, start_paused
 from tests.helpers.hudi_schemas import decode_with_hudi_schema
 from tests.helpers.mor_tables import hudi_rs_rows, hudi_rs_slices, multiset, written_mor_table
@@ -162,7 +162,7 @@ def _check_compacted(root: Path, t: str, plan: dict[str, Any], result: Compactio
 
 
 @pytest.mark.parametrize("fid", [*V6_FIXTURES, "written/v9", "written/v6"])
-def test_compaction_keeps_every_row_for_hudi_rs(hudi_table, tmp_path: Path, spark: Session, fid: str) -> None:  # type: ignore[no-untyped-def]
+def test_compaction_keeps_every_row_for_hudi_rs(hudi_table, tmp_path: Path, spark: Session, fid: str) -> None:
     if fid.startswith("written/"):
         root = tmp_path / "table"
         written_mor_table(root, int(fid[-1]))
@@ -200,7 +200,7 @@ def _remove_instant(root: Path, t: str, *, keep_plan: bool) -> list[str]:
     return [str(p.relative_to(root)) for p in outputs]
 
 
-def test_hoodied_plans_what_hudi_planned(hudi_table, spark: Session) -> None:  # type: ignore[no-untyped-def]
+def test_hoodied_plans_what_hudi_planned(hudi_table, spark: Session) -> None:
     """Without Hudi's compaction and the clustering after it, hoodied plans Hudi's operations."""
     root = hudi_table(V9)
     original = hudi_rs_rows(root)
@@ -224,7 +224,7 @@ def test_hoodied_plans_what_hudi_planned(hudi_table, spark: Session) -> None:  #
 
 
 @pytest.mark.parametrize("also_clustering", [False, True], ids=["compaction", "compaction+clustering"])
-def test_executes_the_plan_hudi_wrote(hudi_table, spark: Session, also_clustering: bool) -> None:  # type: ignore[no-untyped-def]
+def test_executes_the_plan_hudi_wrote(hudi_table, spark: Session, also_clustering: bool) -> None:
     root = hudi_table(V9)
     original = hudi_rs_rows(root)
     if also_clustering:  # the clustering is pending again: the compacted file groups are visible
@@ -246,7 +246,7 @@ def test_executes_the_plan_hudi_wrote(hudi_table, spark: Session, also_clusterin
         assert hudi_rs_rows(root, read_optimized=True) == original
 
 
-def test_plan_paths_from_another_machine(hudi_table, spark: Session) -> None:  # type: ignore[no-untyped-def]
+def test_plan_paths_from_another_machine(hudi_table, spark: Session) -> None:
     """A version-1 style plan with full locations elsewhere: resolved by partition and file name."""
     root = hudi_table("mor/avro/v6_trips_8i1u")
     before = hudi_rs_rows(root)
@@ -265,7 +265,7 @@ def test_plan_paths_from_another_machine(hudi_table, spark: Session) -> None:  #
     assert hudi_rs_rows(root) == before
 
 
-def test_a_plan_naming_a_missing_file_fails_and_changes_nothing(hudi_table, spark: Session) -> None:  # type: ignore[no-untyped-def]
+def test_a_plan_naming_a_missing_file_fails_and_changes_nothing(hudi_table, spark: Session) -> None:
     root = hudi_table("mor/avro/v6_trips_8i3d")
     before = hudi_rs_rows(root)
     t = _schedule(root)
@@ -281,7 +281,7 @@ def test_a_plan_naming_a_missing_file_fails_and_changes_nothing(hudi_table, spar
     assert hudi_rs_rows(root) == before
 
 
-def test_refuses_a_live_attempt(hudi_table, spark: Session) -> None:  # type: ignore[no-untyped-def]
+def test_refuses_a_live_attempt(hudi_table, spark: Session) -> None:
     root = hudi_table("mor/avro/v6_trips_8i1u")
     t = _schedule(root)
     (_timeline_dir(root) / f"{t}.compaction.inflight").write_bytes(b"")
@@ -360,7 +360,7 @@ def test_kill_9_then_rollback_and_completion(tmp_path: Path, spark: Session, poi
 # ---------------------------------------------------------------------------- the commands
 
 
-def test_schedule_and_execute_commands(hudi_table, spark: Session) -> None:  # type: ignore[no-untyped-def]
+def test_schedule_and_execute_commands(hudi_table, spark: Session) -> None:
     root = hudi_table("mor/avro/v6_trips_8i3d")
     before = hudi_rs_rows(root)
     run = CliRunner().invoke

@@ -43,8 +43,7 @@ from hoodied.hoodie.timeline.active import Timeline
 from hoodied.hoodie.timeline.instant import Action
 from hoodied.planners.log_compaction import LogCompactionSettings, schedule_log_compaction
 from hoodied.service.cli.report import committed_listing_drift
-from hoodied.service.cli.schedule import run_compaction
-from hoodied.service.spark_jobs import run_spark_service
+from hoodied.service.spark_jobs import run_compaction, run_spark_service
 from tests.executors.test_compaction import EVERYTHING, FAST, _schedule, start_execute
 from tests.helpers.crash_driver import kill_group
 from tests.helpers.mor_tables import hudi_rs_rows
@@ -88,6 +87,12 @@ def _instant_of(name: str) -> str | None:
     return lf.instant_time if lf is not None else None
 
 
+def _row(record: dict[str, Any] | None) -> dict[str, Any]:
+    """An MDT record that is not a delete (None)."""
+    assert record is not None, "a delete where a record was expected"
+    return record
+
+
 def _cut_back_to_before(root: Path, fid: str, *, keep_mdt_t: bool, t: str | None = None) -> dict[str, Any]:
     """Make Hudi's compaction (or ``t``) T of fixture ``fid`` a failed attempt of a table whose
     history ends there.
@@ -117,12 +122,12 @@ def _cut_back_to_before(root: Path, fid: str, *, keep_mdt_t: bool, t: str | None
                 f.unlink()
     for f in list(root.rglob("*")):
         if f.is_file() and f.relative_to(root).parts[0] != ".hoodie":
-            ts = _instant_of(f.name)
-            if ts is not None and ts > t:
+            written = _instant_of(f.name)
+            if written is not None and written > t:
                 f.unlink()
     for f in list((root / METADATA_FOLDER).glob("*/*")):
-        ts = _instant_of(f.name)
-        if ts is not None and gone(ts, mdt=True):
+        written = _instant_of(f.name)
+        if written is not None and gone(written, mdt=True):
             f.unlink()
     if later_index:
         props = root / ".hoodie" / "hoodie.properties"
@@ -187,7 +192,7 @@ def _check_mdt_deltacommit(root: Path, t: str) -> None:
 @pytest.mark.parametrize("fid,t", [(V8, HUDI_COMPACTIONS[V8]), (V9, HUDI_COMPACTIONS[V9]),
                                    (V9, HUDI_CLUSTERING)],
                          ids=["v8-compaction", "v9-compaction", "v9-clustering"])
-def test_mdt_records_of_hudis_commit_are_byte_identical(fid: str, t: str, hudi_table) -> None:  # type: ignore[no-untyped-def]
+def test_mdt_records_of_hudis_commit_are_byte_identical(fid: str, t: str, hudi_table) -> None:
     """A clustering's record_index records come from the caller (the keys it moved): Hudi's are
     passed; its replaced file groups stay listed in ``files``."""
     root = hudi_table(fid)
@@ -200,13 +205,13 @@ def test_mdt_records_of_hudis_commit_are_byte_identical(fid: str, t: str, hudi_t
     ours = commit_mdt_records(storage, config, t, metadata, record_index=moved)
     assert set(ours) == set(hudi)
     for partition, records in ours.items():
-        cells = {key: encode_value(record, config.version) for key, record in records}
+        cells = {key: encode_value(_row(record), config.version) for key, record in records}
         assert cells == hudi[partition], partition
     # the partition stats are tight bounds over the latest slices (v9: not over the new files alone)
-    assert all(r["ColumnStatsMetadata"]["isTightBound"] for _, r in ours["partition_stats"])
+    assert all(_row(r)["ColumnStatsMetadata"]["isTightBound"] for _, r in ours["partition_stats"])
 
 
-def test_bloom_filter_records_of_new_base_files(hudi_table) -> None:  # type: ignore[no-untyped-def]
+def test_bloom_filter_records_of_new_base_files(hudi_table) -> None:
     """``bloom_filters`` (no fixture has it): the footer's filter text of each new base file, the
     writer's filter type (DYNAMIC_V0) and the instant; none for log files."""
     root = hudi_table(V8)
@@ -223,7 +228,7 @@ def test_bloom_filter_records_of_new_base_files(hudi_table) -> None:  # type: ig
     for key, record in ours["bloom_filters"]:
         partition, name = next((p, n) for p, n in new if bloom_filter_key(p, n) == key)
         footer = pq.ParquetFile(root / partition / name).metadata.metadata[b"org.apache.hudi.bloomfilter"]
-        assert record["type"] == RecordType.BLOOM_FILTER
+        assert record is not None and record["type"] == RecordType.BLOOM_FILTER
         assert record["BloomFilterMetadata"] == {
             "type": "DYNAMIC_V0", "timestamp": t, "bloomFilter": footer, "isDeleted": False}
         encode_value(record, config.version)  # a valid HoodieMetadataRecord
@@ -246,7 +251,7 @@ def _without_sizes(records: dict[str, dict[str, Any]]) -> dict[str, dict[str, An
             for k, r in records.items()}
 
 
-def test_reexecuting_hudis_compaction_writes_hudis_mdt_records(hudi_table, tmp_path: Path,  # type: ignore[no-untyped-def]
+def test_reexecuting_hudis_compaction_writes_hudis_mdt_records(hudi_table, tmp_path: Path,
                                                                spark: Session) -> None:
     root = hudi_table(V9)
     t = HUDI_COMPACTIONS[V9]
@@ -275,7 +280,7 @@ def test_reexecuting_hudis_compaction_writes_hudis_mdt_records(hudi_table, tmp_p
     assert _without_sizes(ours["partition_stats"]) == _without_sizes(hudi["partition_stats"])
 
 
-def test_schedule_and_execute_on_a_version_8_mdt_table(hudi_table, tmp_path: Path, spark: Session) -> None:  # type: ignore[no-untyped-def]
+def test_schedule_and_execute_on_a_version_8_mdt_table(hudi_table, tmp_path: Path, spark: Session) -> None:
     root = hudi_table(V8)
     rows = hudi_rs_rows(root)
     t = _schedule(root, EVERYTHING)
@@ -308,7 +313,7 @@ def _snapshot(root: Path) -> dict[str, bytes]:
     return {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file()}
 
 
-def test_an_mdt_partition_compaction_cannot_maintain_is_refused(hudi_table, spark: Session) -> None:  # type: ignore[no-untyped-def]
+def test_an_mdt_partition_compaction_cannot_maintain_is_refused(hudi_table, spark: Session) -> None:
     root = hudi_table(V8)
     t = _schedule(root, EVERYTHING)  # planned while the table was maintainable
     _declare(root, "expr_index_ts_day")
@@ -321,7 +326,7 @@ def test_an_mdt_partition_compaction_cannot_maintain_is_refused(hudi_table, spar
     assert _snapshot(root) == before
 
 
-def test_log_compaction_records_list_the_new_log_files(hudi_table) -> None:  # type: ignore[no-untyped-def]
+def test_log_compaction_records_list_the_new_log_files(hudi_table) -> None:
     """A log compaction's MDT delta commit on a table whose MDT keeps ``files`` only: the new log
     file with its size (Hudi lists log files like base files); with column_stats declared, the
     log file's column stats come along (``tests/executors/test_log_compaction_mdt.py`` checks
@@ -335,7 +340,7 @@ def test_log_compaction_records_list_the_new_log_files(hudi_table) -> None:  # t
     metadata = {"partitionToWriteStats": {partition: [stat]}, "operationType": "LOG_COMPACT"}
     t = "20991231000000000"
     full = commit_mdt_records(storage, load_table_config(storage), t, metadata)
-    assert {r["ColumnStatsMetadata"]["fileName"] for _, r in full["column_stats"]} == {log.name}  # type: ignore[index]
+    assert {_row(r)["ColumnStatsMetadata"]["fileName"] for _, r in full["column_stats"]} == {log.name}
     props = root / ".hoodie" / "hoodie.properties"
     text = props.read_text()
     declared = ",".join(load_table_config(storage).metadata_partitions)
@@ -345,12 +350,13 @@ def test_log_compaction_records_list_the_new_log_files(hudi_table) -> None:  # t
     ours = commit_mdt_records(storage, config, t, metadata)
     assert list(ours) == ["files"]
     (_, all_partitions), (key, files) = ours["files"]
+    assert all_partitions is not None and files is not None
     assert all_partitions["filesystemMetadata"] == {partition: {"size": 0, "isDeleted": False}}
     assert key == partition and files["filesystemMetadata"] == {
         log.name: {"size": log.stat().st_size, "isDeleted": False}}
 
 
-def test_log_compaction_on_a_files_only_mdt_table(hudi_table, tmp_path: Path,  # type: ignore[no-untyped-def]
+def test_log_compaction_on_a_files_only_mdt_table(hudi_table, tmp_path: Path,
                                                   spark: Session) -> None:
     """The v8 fixture before its compaction (several log blocks per slice), its MDT declared as
     ``files`` only: the log compaction's MDT delta commit lists the new log files, completes
@@ -382,7 +388,7 @@ def test_log_compaction_on_a_files_only_mdt_table(hudi_table, tmp_path: Path,  #
 
 
 @pytest.mark.parametrize("point", ["mdt-log-written", "mdt-done"])
-def test_kill_9_around_the_mdt_deltacommit_then_retry(point: str, hudi_table, tmp_path: Path,  # type: ignore[no-untyped-def]
+def test_kill_9_around_the_mdt_deltacommit_then_retry(point: str, hudi_table, tmp_path: Path,
                                                       spark: Session) -> None:
     root = hudi_table(V8)
     rows = hudi_rs_rows(root)

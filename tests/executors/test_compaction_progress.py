@@ -18,7 +18,8 @@ from hoodied.hoodie.locks import InProcessLock
 from hoodied.hoodie.storage import LocalStorage
 from hoodied.hoodie.timeline.truetime import TimeSettings
 from hoodied.planners.compaction import CompactionSettings, CompactionStrategy, schedule_compaction
-from hoodied.service.cli.schedule import progress_bar, run_compaction
+from hoodied.service.cli.options import progress_bar
+from hoodied.service.spark_jobs import run_compaction
 from tests.helpers.mor_tables import written_mor_table
 
 FAST = TimeSettings(max_expected_clock_skew_ms=5)

@@ -17,7 +17,7 @@ import shutil
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import fastavro
 import pytest
@@ -84,7 +84,9 @@ def derive_pending(root: Path, indexing: str, *, drop_later: bool) -> None:
     """Undo Hudi's execution of ``indexing`` (and with ``drop_later`` every later instant)."""
     storage = LocalStorage(str(root))
     timeline = Timeline.load(storage, load_table_config(storage))
-    plan = timeline.read_plan(timeline.get(indexing)) or {}
+    target = timeline.get(indexing)
+    assert target is not None, indexing
+    plan = timeline.read_plan(target) or {}
     partitions = [i["metadataPartitionPath"] for i in plan["indexPartitionInfos"]]
     mdt = root / METADATA_FOLDER
     inits = set()
@@ -121,7 +123,7 @@ def derive_pending(root: Path, indexing: str, *, drop_later: bool) -> None:
 
 def _avro(path: Path) -> dict[str, Any]:
     with path.open("rb") as f:
-        return next(iter(fastavro.reader(f)))  # type: ignore[return-value]
+        return cast(dict[str, Any], next(iter(fastavro.reader(f))))  # a container of records
 
 
 def _one(folder: Path, pattern: str) -> Path:

@@ -54,7 +54,7 @@ from hoodied.planners.log_compaction import (
     needs_log_compaction,
     schedule_log_compaction,
 )
-from hoodied.service.cli.services import rollback_failed_attempt
+from hoodied.service.operations import rollback_failed_attempt
 from tests.helpers.crash_driver import kill_group, start_paused
 from tests.helpers.hudi_schemas import decode_with_hudi_schema
 from tests.helpers.mor_tables import CITIES, SCHEMA, hudi_rs_rows, multiset
@@ -265,7 +265,7 @@ def test_log_compaction_of_a_log_compaction(tmp_path: Path, spark: Session) -> N
     assert _own_rows(root) == before
 
 
-def test_log_blocks_hudi_wrote(hudi_table, spark: Session) -> None:  # type: ignore[no-untyped-def]
+def test_log_blocks_hudi_wrote(hudi_table, spark: Session) -> None:
     """Avro data and delete blocks written by Apache Hudi (v9 fixture), stitched by hoodied.
 
     The fixture's compaction and clustering are taken out of its history (timeline files and
@@ -326,7 +326,7 @@ def test_a_plan_naming_a_missing_log_file_fails_and_changes_nothing(tmp_path: Pa
     assert _snapshot(root) == before
 
 
-def test_refuses_unsupported_tables(hudi_table, tmp_path: Path, spark: Session) -> None:  # type: ignore[no-untyped-def]
+def test_refuses_unsupported_tables(hudi_table, tmp_path: Path, spark: Session) -> None:
     for fid, match in [("mor/avro/v6_trips_8i1u", "table version 6 is not supported"),
                        ("cow/v8_nonpartitioned", "needs a MERGE_ON_READ table")]:
         root = hudi_table(fid)

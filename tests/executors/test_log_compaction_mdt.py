@@ -57,8 +57,7 @@ from hoodied.hoodie.timeline.active import Timeline
 from hoodied.hoodie.timeline.instant import Action
 from hoodied.hoodie.timeline.writer import TimelineWriter
 from hoodied.planners.log_compaction import LogCompactionSettings, schedule_log_compaction
-from hoodied.service.cli.schedule import run_compaction
-from hoodied.service.spark_jobs import run_spark_service
+from hoodied.service.spark_jobs import run_compaction, run_spark_service
 from tests.executors.test_compaction import EVERYTHING, FAST, _schedule
 from tests.executors.test_compaction_mdt import (
     HUDI_COMPACTIONS,
@@ -69,6 +68,7 @@ from tests.executors.test_compaction_mdt import (
     _declare,
     _mdt_records,
     _mdt_timeline,
+    _row,
     _snapshot,
     log_compact_and_check,
 )
@@ -102,17 +102,17 @@ def _log_deltacommits(root: Path) -> list[str]:
 
 
 @pytest.mark.parametrize("fid", [V8, V9])
-def test_hudis_log_file_records_are_reproduced_byte_for_byte(fid: str, hudi_table) -> None:  # type: ignore[no-untyped-def]
+def test_hudis_log_file_records_are_reproduced_byte_for_byte(fid: str, hudi_table) -> None:
     """files, column_stats (single-record and delete-only log files), tight-bound partition_stats
     and the record-index deletes of every Hudi delta commit that wrote only log files."""
     seen = {"delete-only": 0, "records": 0, "record_index": 0}
     for t in _log_deltacommits(hudi_table(fid)):
         root = hudi_table(fid)  # a fresh copy per commit
         hudi = _mdt_records(root, t, raw=True)
-        deletes = {p: sorted(d.record_key for f in sorted((root / METADATA_FOLDER / p).glob(f".*_{t}.log.*"))
-                             for b in read_log_blocks(LocalStorage(str(root / METADATA_FOLDER)),
-                                                      f"{p}/{f.name}")
-                             if b.block_type is BlockType.DELETE for d in delete_block_records(b))
+        deletes = {p: sorted([d.record_key for f in sorted((root / METADATA_FOLDER / p).glob(f".*_{t}.log.*"))
+                              for b in read_log_blocks(LocalStorage(str(root / METADATA_FOLDER)),
+                                                       f"{p}/{f.name}")
+                              if b.block_type is BlockType.DELETE for d in delete_block_records(b)], key=str)
                    for p in ("record_index",)}
         metadata = _cut_back_to_before(root, fid, keep_mdt_t=False, t=t)
         metadata["operationType"] = "LOG_COMPACT"
@@ -121,12 +121,12 @@ def test_hudis_log_file_records_are_reproduced_byte_for_byte(fid: str, hudi_tabl
         ours = commit_mdt_records(storage, config, t, metadata)
         assert not any(p.startswith(SECONDARY) for p in ours)  # Hudi's SI records come from the diff
         for partition in ("files", "column_stats", "partition_stats"):
-            cells = {key: encode_value(record, config.version) for key, record in ours[partition]}  # type: ignore[arg-type]
+            cells = {key: encode_value(_row(record), config.version) for key, record in ours[partition]}
             assert cells == hudi[partition], (t, partition)
         ours_deleted = sorted(k for k, r in ours.get("record_index", []) if r is None)
         assert ours_deleted == deletes["record_index"], t
         assert all(r is None for _, r in ours.get("record_index", []))
-        payloads = [r["ColumnStatsMetadata"] for _, r in ours["column_stats"]]  # type: ignore[index]
+        payloads = [_row(r)["ColumnStatsMetadata"] for _, r in ours["column_stats"]]
         seen["delete-only"] += any(p["valueCount"] == 0 for p in payloads)
         seen["records"] += any(p["valueCount"] > 0 for p in payloads)
         seen["record_index"] += bool(ours_deleted)
@@ -216,7 +216,7 @@ def _secondary_from_rows(root: Path, column: str) -> set[str]:
 
 
 @pytest.mark.parametrize("fid", [V8, V9])
-def test_log_compaction_keeps_every_mdt_partition_exact(fid: str, hudi_table, tmp_path: Path,  # type: ignore[no-untyped-def]
+def test_log_compaction_keeps_every_mdt_partition_exact(fid: str, hudi_table, tmp_path: Path,
                                                         spark: Session) -> None:
     root = hudi_table(fid)
     _before_hudis_compaction(root, fid)
@@ -256,13 +256,13 @@ def test_log_compaction_keeps_every_mdt_partition_exact(fid: str, hudi_table, tm
     assert counted == ({0} if fid == V8 else {1})  # v8: a delete-only file; v9: a record and a delete
     assert all(r["ColumnStatsMetadata"]["isTightBound"] for r in records["partition_stats"].values())
     # record_index: a delete of every deleted key of the new log files, nothing else
-    deleted = sorted(d.record_key for rel in new for b in read_log_blocks(storage, rel)
-                     if b.block_type is BlockType.DELETE for d in delete_block_records(b))
+    deleted = sorted((d.record_key for rel in new for b in read_log_blocks(storage, rel)
+                      if b.block_type is BlockType.DELETE for d in delete_block_records(b)), key=str)
     mdt_storage = LocalStorage(str(root / METADATA_FOLDER))
     ri_logs = sorted((root / METADATA_FOLDER / "record_index").glob(f".*_{lc}.log.*"))
-    mdt_deletes = sorted(d.record_key for f in ri_logs
-                         for b in read_log_blocks(mdt_storage, f"record_index/{f.name}")
-                         if b.block_type is BlockType.DELETE for d in delete_block_records(b))
+    mdt_deletes = sorted((d.record_key for f in ri_logs
+                          for b in read_log_blocks(mdt_storage, f"record_index/{f.name}")
+                          if b.block_type is BlockType.DELETE for d in delete_block_records(b)), key=str)
     assert mdt_deletes == deleted and not records.get("record_index")  # no HFile cells, deletes only
     # Hudi deleted the same key from the record index before: same file group, same block content
     def delete_blocks(files: list[Path]) -> set[tuple[str, tuple[str | None, ...], bytes]]:
@@ -341,7 +341,7 @@ def test_column_ranges_of_a_log_compacted_file_of_many_records(tmp_path: Path, s
         expected = _expected_stats(root, rel, columns)
         deleted = [d.record_key for b in read_log_blocks(storage, rel) if b.block_type is BlockType.DELETE
                    for d in delete_block_records(b)]
-        assert sorted(stats.deleted_keys) == sorted(deleted) and deleted
+        assert sorted(stats.deleted_keys) == sorted(deleted, key=str) and deleted
         assert [r.column for r in stats.ranges] == columns
         for r in stats.ranges:
             want = expected[r.column]
@@ -396,7 +396,7 @@ with spark_session("local[2]") as spark:
 
 
 @pytest.mark.parametrize("point", ["mdt-log-written", "mdt-done"])
-def test_kill_9_around_the_mdt_deltacommit_then_rollback_and_retry(point: str, hudi_table, tmp_path: Path,  # type: ignore[no-untyped-def]
+def test_kill_9_around_the_mdt_deltacommit_then_rollback_and_retry(point: str, hudi_table, tmp_path: Path,
                                                                    spark: Session) -> None:
     root = hudi_table(V8)
     _before_hudis_compaction(root, V8)
@@ -433,7 +433,7 @@ def test_kill_9_around_the_mdt_deltacommit_then_rollback_and_retry(point: str, h
                                            if p.startswith("record_index/") for b in read_log_blocks(mdt, p))
 
 
-def test_a_partitioned_record_index_or_an_expression_index_is_refused(hudi_table, spark: Session) -> None:  # type: ignore[no-untyped-def]
+def test_a_partitioned_record_index_or_an_expression_index_is_refused(hudi_table, spark: Session) -> None:
     """Planned while the table was maintainable, then refused by the planner and the executor."""
     for change in ("partitioned", "expression"):
         root = hudi_table(V8)
@@ -464,7 +464,7 @@ def test_a_partitioned_record_index_or_an_expression_index_is_refused(hudi_table
         assert _snapshot(root) == before
 
 
-def test_a_record_index_delete_that_would_drop_a_live_entry_is_refused(hudi_table) -> None:  # type: ignore[no-untyped-def]
+def test_a_record_index_delete_that_would_drop_a_live_entry_is_refused(hudi_table) -> None:
     """Hudi 1.0/1.1 would delete the key from the record index even when it lives again in
     another file group; hoodied refuses such a log compaction's MDT records instead."""
     root = hudi_table(V8)

@@ -8,20 +8,21 @@ import hudi
 import pytest
 from click.testing import CliRunner
 
-from hoodied.executors.rollback import execute_rollback
+from hoodied.executors.rollback import RollbackResult, execute_rollback
 from hoodied.hoodie.errors import HoodieFormatError, InstantStateError, UnsupportedTableError
 from hoodied.hoodie.heartbeat import Heartbeat
 from hoodied.hoodie.locks import InProcessLock
 from hoodied.hoodie.markers import IOType, WriteMarkers
+from hoodied.hoodie.plan_files import plan_relative_path as relative_path
 from hoodied.hoodie.properties import load_table_config
-from hoodied.hoodie.rollback_files import plan_relative_path as relative_path
 from hoodied.hoodie.storage import LocalStorage
 from hoodied.hoodie.timeline.active import Timeline
 from hoodied.hoodie.timeline.instant import Action, State
 from hoodied.hoodie.timeline.truetime import TimeSettings
 from hoodied.hoodie.timeline.writer import TimelineWriter
 from hoodied.planners.rollback import find_failed_attempts, plan_rollback, schedule_rollback
-from hoodied.service.cli.services import rollback, rollback_failed_attempt
+from hoodied.service.cli.services import rollback
+from hoodied.service.operations import rollback_failed_attempt
 
 FAST = TimeSettings(max_expected_clock_skew_ms=5)
 CASES = [("cow/v9_txns_simple_nometa", "clustering"), ("mor/avro/v9_txns_simple_nometa", "compaction")]
@@ -46,7 +47,7 @@ def _rows(root: Path) -> int:
 
 
 @pytest.mark.parametrize("fid,action", CASES)
-def test_failed_attempt_is_rolled_back_by_listing(hudi_table, fid: str, action: str) -> None:  # type: ignore[no-untyped-def]
+def test_failed_attempt_is_rolled_back_by_listing(hudi_table, fid: str, action: str) -> None:
     root = hudi_table(fid)
     t, outputs = _fail_service(root, action)
     storage = LocalStorage(str(root))
@@ -58,7 +59,7 @@ def test_failed_attempt_is_rolled_back_by_listing(hudi_table, fid: str, action: 
     before = _files(root)
 
     result = rollback_failed_attempt(storage, t, InProcessLock(storage.base_uri), time_settings=FAST)
-    assert result is not None
+    assert isinstance(result, RollbackResult)
     assert sorted(result.deleted) == outputs and not result.already_gone
     r = result.rollback.requested_time
     after = _files(root)
@@ -85,7 +86,7 @@ def test_failed_attempt_is_rolled_back_by_listing(hudi_table, fid: str, action: 
     assert _files(root) == snapshot
 
 
-def test_markers_decide_what_is_deleted(hudi_table) -> None:  # type: ignore[no-untyped-def]
+def test_markers_decide_what_is_deleted(hudi_table) -> None:
     root = hudi_table("cow/v9_txns_simple_nometa")
     t, outputs = _fail_service(root, "clustering")
     storage = LocalStorage(str(root))
@@ -95,7 +96,7 @@ def test_markers_decide_what_is_deleted(hudi_table) -> None:  # type: ignore[no-
     # a marker whose file was never written (crashed in between)
     markers.create("region=us", f"never-written-0_0-1-1_{t}.parquet", IOType.CREATE)
     result = rollback_failed_attempt(storage, t, InProcessLock(storage.base_uri), time_settings=FAST)
-    assert result is not None
+    assert isinstance(result, RollbackResult)
     assert result.deleted == [outputs[0]]
     assert result.already_gone == [f"region=us/never-written-0_0-1-1_{t}.parquet"]
     for other in outputs[1:]:
@@ -103,7 +104,7 @@ def test_markers_decide_what_is_deleted(hudi_table) -> None:  # type: ignore[no-
     assert not markers.exists()
 
 
-def test_live_attempt_is_not_taken_over(hudi_table) -> None:  # type: ignore[no-untyped-def]
+def test_live_attempt_is_not_taken_over(hudi_table) -> None:
     root = hudi_table("mor/avro/v9_txns_simple_nometa")
     t, outputs = _fail_service(root, "compaction")
     storage = LocalStorage(str(root))
@@ -115,10 +116,10 @@ def test_live_attempt_is_not_taken_over(hudi_table) -> None:  # type: ignore[no-
         assert _files(root) - {f".hoodie/.heartbeat/{t}"} == before
         result = rollback_failed_attempt(storage, t, InProcessLock(storage.base_uri), force=True,
                                          time_settings=FAST)
-    assert result is not None and sorted(result.deleted) == outputs
+    assert isinstance(result, RollbackResult) and sorted(result.deleted) == outputs
 
 
-def test_pending_rollback_is_reused_after_a_crash(hudi_table) -> None:  # type: ignore[no-untyped-def]
+def test_pending_rollback_is_reused_after_a_crash(hudi_table) -> None:
     root = hudi_table("mor/avro/v9_txns_simple_nometa")
     t, outputs = _fail_service(root, "compaction")
     storage = LocalStorage(str(root))
@@ -132,18 +133,18 @@ def test_pending_rollback_is_reused_after_a_crash(hudi_table) -> None:  # type: 
         writer.transition_to_inflight(first.requested_time, Action.ROLLBACK)
         (root / outputs[0]).unlink()  # ... and halfway through its deletes
     result = rollback_failed_attempt(storage, t, lock, time_settings=FAST)
-    assert result is not None and result.rollback.requested_time == first.requested_time
+    assert isinstance(result, RollbackResult) and result.rollback.requested_time == first.requested_time
     assert result.already_gone == [outputs[0]] and sorted(result.deleted) == outputs[1:]
     rollbacks = Timeline.load(storage, config).completed((Action.ROLLBACK,))
     assert [i.requested_time for i in rollbacks] == [first.requested_time]
 
 
-def test_table_with_metadata_table_rolls_back_its_mdt_delta_commit(hudi_table) -> None:  # type: ignore[no-untyped-def]
+def test_table_with_metadata_table_rolls_back_its_mdt_delta_commit(hudi_table) -> None:
     root = hudi_table("cow/v9_txns_simple_meta")
     t, _ = _fail_service(root, "clustering")
     storage = LocalStorage(str(root))
     result = rollback_failed_attempt(storage, t, InProcessLock(storage.base_uri), time_settings=FAST)
-    assert result is not None
+    assert isinstance(result, RollbackResult)
     r = result.rollback.requested_time
     mdt_timeline = root / ".hoodie" / "metadata" / ".hoodie" / "timeline"
     names = {p.name for p in mdt_timeline.iterdir()}
@@ -151,7 +152,7 @@ def test_table_with_metadata_table_rolls_back_its_mdt_delta_commit(hudi_table) -
     assert not any(n.startswith(t) for n in names), names
 
 
-def test_v6_log_appends_are_refused(hudi_table) -> None:  # type: ignore[no-untyped-def]
+def test_v6_log_appends_are_refused(hudi_table) -> None:
     root = hudi_table("mor/parquet/v6_nonpartitioned")
     storage = LocalStorage(str(root))
     config = load_table_config(storage)
@@ -167,7 +168,7 @@ def test_v6_log_appends_are_refused(hudi_table) -> None:  # type: ignore[no-unty
     assert _files(root) == before
 
 
-def test_regular_writes_and_completed_instants_are_refused(hudi_table) -> None:  # type: ignore[no-untyped-def]
+def test_regular_writes_and_completed_instants_are_refused(hudi_table) -> None:
     root = hudi_table("cow/v9_txns_simple_nometa")
     storage = LocalStorage(str(root))
     config = load_table_config(storage)
@@ -199,7 +200,7 @@ def test_plan_paths(tmp_path: Path) -> None:
         relative_path(storage, f"{base}/f.parquet", "x", in_partition=True)
 
 
-def test_executing_a_plan_with_a_path_outside_the_table_changes_nothing(hudi_table, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_executing_a_plan_with_a_path_outside_the_table_changes_nothing(hudi_table, tmp_path: Path) -> None:
     root = hudi_table("mor/avro/v9_txns_simple_nometa")
     t, _ = _fail_service(root, "compaction")
     victim = tmp_path / "victim.parquet"
@@ -218,7 +219,7 @@ def test_executing_a_plan_with_a_path_outside_the_table_changes_nothing(hudi_tab
     assert victim.exists()
 
 
-def test_cli_rollback(hudi_table) -> None:  # type: ignore[no-untyped-def]
+def test_cli_rollback(hudi_table) -> None:
     root = hudi_table("mor/avro/v9_txns_simple_nometa")
     t, outputs = _fail_service(root, "compaction")
     result = CliRunner().invoke(rollback, [str(root), "--instant", t, "--clock-skew-ms", "5"])

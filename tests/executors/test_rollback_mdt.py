@@ -134,7 +134,7 @@ def _check_rolled_back(root: Path, tmp: Path, t: str, action: str, outputs: list
 
 
 @pytest.mark.parametrize("fid,action", CASES)
-def test_rollback_rolls_back_the_mdt_deltacommit(fid: str, action: str, hudi_table, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_rollback_rolls_back_the_mdt_deltacommit(fid: str, action: str, hudi_table, tmp_path: Path) -> None:
     root = hudi_table(fid)
     rows = hudi_rs_rows(root)
     t, outputs = _fail_last_service(root, action)
@@ -153,7 +153,7 @@ def test_rollback_rolls_back_the_mdt_deltacommit(fid: str, action: str, hudi_tab
     assert again.rollback.is_completed and _files(root) == before
 
 
-def test_pending_mdt_deltacommit_is_rolled_back_too(hudi_table, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_pending_mdt_deltacommit_is_rolled_back_too(hudi_table, tmp_path: Path) -> None:
     root = hudi_table(V9_MOR)
     rows = hudi_rs_rows(root)
     t, outputs = _fail_last_service(root, "compaction")
@@ -166,7 +166,7 @@ def test_pending_mdt_deltacommit_is_rolled_back_too(hudi_table, tmp_path: Path) 
     _check_rolled_back(root, tmp_path, t, "compaction", outputs, rows, mdt_t_files)
 
 
-def test_attempt_without_mdt_deltacommit_leaves_the_mdt_alone(hudi_table, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_attempt_without_mdt_deltacommit_leaves_the_mdt_alone(hudi_table, tmp_path: Path) -> None:
     root = hudi_table(V9_COW)
     rows = hudi_rs_rows(root)
     t, outputs = _fail_last_service(root, "clustering")
@@ -184,7 +184,7 @@ def test_attempt_without_mdt_deltacommit_leaves_the_mdt_alone(hudi_table, tmp_pa
     assert committed_listing_drift(HoodieTable.open(str(root))).count == 0
 
 
-def test_mdt_deltacommit_already_compacted_is_refused(hudi_table) -> None:  # type: ignore[no-untyped-def]
+def test_mdt_deltacommit_already_compacted_is_refused(hudi_table) -> None:
     """v8 fixture: the MDT compaction 20251220210130942 came after the data compaction T completed in
     the MDT, so T's records are in an MDT base file; Hudi's validateRollback refuses (restore needed)."""
     root = hudi_table(V8)
@@ -198,7 +198,7 @@ def test_mdt_deltacommit_already_compacted_is_refused(hudi_table) -> None:  # ty
     assert hudi_rs_rows(root) == rows
 
 
-def test_version_6_metadata_table_is_refused(hudi_table) -> None:  # type: ignore[no-untyped-def]
+def test_version_6_metadata_table_is_refused(hudi_table) -> None:
     from hoodied.hoodie.metadata.rollback import require_rollback_supported
 
     root = hudi_table("mor/parquet/v6_nonpartitioned")
@@ -236,7 +236,7 @@ with lock:
 
 @pytest.mark.parametrize("point", ["deletes-done", "mdt-rollback-inflight", "mdt-rollback-deletes-done",
                                    "mdt-done"])
-def test_kill_9_during_the_rollback_then_a_rerun_converges(point: str, hudi_table, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_kill_9_during_the_rollback_then_a_rerun_converges(point: str, hudi_table, tmp_path: Path) -> None:
     root = hudi_table(V9_MOR)
     rows = hudi_rs_rows(root)
     t, outputs = _fail_last_service(root, "compaction")

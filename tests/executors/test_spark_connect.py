@@ -116,10 +116,11 @@ def test_connect_workers_import_the_shipped_packages(connect_url: str) -> None:
     from hoodied.executors.engine import spark_session
 
     def probe(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        import hoodied.executors as executors
-        import hoodied.hoodie as hoodie
+        import importlib
+
+        files = {n: importlib.import_module(f"hoodied.{n}").__file__ for n in ("hoodie", "executors")}
         for _ in batches:
-            yield pa.RecordBatch.from_pylist([{"hoodie": hoodie.__file__, "executors": executors.__file__}])
+            yield pa.RecordBatch.from_pylist([files])
 
     with spark_session(connect_url) as session:
         rows = session.range(1).mapInArrow(probe, "hoodie string, executors string").toArrow().to_pylist()
@@ -160,7 +161,7 @@ def test_compaction_through_spark_connect_equals_local(tmp_path: Path, connect_u
 
 def test_progress_through_spark_connect(tmp_path: Path, connect_url: str) -> None:
     from hoodied.executors.engine import spark_session
-    from hoodied.service.cli.schedule import run_compaction
+    from hoodied.service.spark_jobs import run_compaction
 
     root = tmp_path / "t"
     written_mor_table(root)

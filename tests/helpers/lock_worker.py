@@ -5,7 +5,7 @@ Run as ``python tests/helpers/lock_worker.py MODE ...`` with the project root on
 - ``instants``: wait for a start file, then ``--n`` times take the lock, schedule a clean
   instant (TrueTime, with the clock shifted by ``--offset-ms``) and append ``<pid> <time>`` to
   ``--log`` while still holding the lock (so the log is in lock order).
-- ``schedule-clean``: wait for a start file, then schedule a clean (``service.cli.services``)
+- ``schedule-clean``: wait for a start file, then schedule a clean (``hoodied.service.cli.services``)
   and print ``SCHEDULED <time>`` or ``NOTHING <reason>``.
 - ``stale``: take the lock, schedule a clean, print ``SCHEDULED <time>``, wait for a line on
   stdin, then try to move the instant to inflight: prints ``LOST`` (exit 3) when the write
@@ -19,6 +19,7 @@ import os
 import random
 import sys
 import time
+from typing import Any
 
 from hoodied.hoodie.errors import LockLostError
 from hoodied.hoodie.locks import LockSettings
@@ -29,7 +30,7 @@ from hoodied.hoodie.timeline.truetime import TimeSettings, TrueTime
 from hoodied.hoodie.timeline.writer import TimelineWriter
 from hoodied.service.locks import lock_from_option
 
-CLEAN_PLAN = {
+CLEAN_PLAN: dict[str, Any] = {
     "earliestInstantToRetain": None,
     "policy": "KEEP_LATEST_COMMITS",
     "filePathsToBeDeletedPerPartition": {},
@@ -37,7 +38,7 @@ CLEAN_PLAN = {
 }
 
 
-def _writer(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+def _writer(args: argparse.Namespace):
     storage = LocalStorage(args.table)
     config = load_table_config(storage)
     settings = LockSettings(
@@ -88,8 +89,7 @@ def run_stale(args: argparse.Namespace) -> int:
 
 
 def run_schedule_clean(args: argparse.Namespace) -> int:
-    from hoodied.planners.clean import CleanSettings
-    from hoodied.service.cli.services import schedule_clean
+    from hoodied.planners.clean import CleanSettings, schedule_clean
 
     storage = LocalStorage(args.table)
     settings = LockSettings(wait_ms=args.wait_ms, retries=2, retry_interval_ms=100, lease_ms=args.lease_ms,

@@ -210,7 +210,7 @@ def test_create_schema_flavour() -> None:
     }
 
 
-def test_a_failed_write_leaves_no_file(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_a_failed_write_leaves_no_file(tmp_path) -> None:
     import os
 
     import pyarrow as pa

@@ -14,6 +14,7 @@ from hoodied.hoodie.fsview import FileSystemView, list_storage
 from hoodied.hoodie.log import BlockType, HeaderKey, encode_avro_data_block, encode_block, write_log_file
 from hoodied.hoodie.storage import LocalStorage
 from hoodied.hoodie.table import HoodieTable
+from hoodied.hoodie.timeline.plans import ClusteringPlan
 
 V8_TRIPS = "mor/avro/v8_trips_8i3u1d"
 V8_COMPACTION = "20251220210129235"
@@ -140,8 +141,11 @@ def test_v9_pending_clustering_recorded_and_outputs_ignored(hudi_table: Any) -> 
     (path / ".hoodie" / "timeline" / V9_CLUSTERING_DONE).unlink()
     table = HoodieTable.open(str(path))
     view = table.file_system_view(listing="storage")
-    plan = table.timeline.plan(table.timeline.get(V9_CLUSTERING))  # type: ignore[arg-type]
-    planned = plan.file_groups  # type: ignore[union-attr]
+    clustering = table.timeline.get(V9_CLUSTERING)
+    assert clustering is not None
+    plan = table.timeline.plan(clustering)
+    assert isinstance(plan, ClusteringPlan)
+    planned = plan.file_groups
     assert planned
     for g in view.file_groups(include_replaced=True):
         assert (g.pending_clustering == V9_CLUSTERING) == ((g.partition, g.file_id) in planned)

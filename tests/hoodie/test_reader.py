@@ -37,7 +37,7 @@ from hoodied.hoodie.merge import LogRecordBuffer, MergeSpec, record_keys
 from hoodied.hoodie.properties import MergeMode
 from hoodied.hoodie.reader import read_file_slice
 from hoodied.hoodie.storage import LocalStorage
-from hoodied.hoodie.table import HoodieTable
+from hoodied.hoodie.table import HoodieTable, Listing
 from tests.helpers.fixtures import ALL_FIXTURES
 
 LANCE = "cow/v9_lance_nonpartitioned"
@@ -80,8 +80,10 @@ def _theirs(path: Path, *, ro: bool = False, as_of: str | None = None) -> Counte
     return _rows(pa.Table.from_batches(batches) if batches else None)
 
 
-def _ours(table: HoodieTable, listing: str, *, ro: bool = False, as_of: str | None = None) -> Counter[Any]:
-    batches = list(table.read_snapshot(as_of=as_of, read_optimized=ro, listing=listing))  # type: ignore[arg-type]
+def _ours(
+    table: HoodieTable, listing: Listing, *, ro: bool = False, as_of: str | None = None
+) -> Counter[Any]:
+    batches = list(table.read_snapshot(as_of=as_of, read_optimized=ro, listing=listing))
     for b in batches:
         assert b.schema.equals(table.schema()), "every batch carries the table schema"
     return _rows(pa.Table.from_batches(batches, schema=table.schema()))
@@ -94,7 +96,7 @@ def _describe(theirs: Counter[Any], ours: Counter[Any]) -> str:
     return "\n".join(lines)
 
 
-def _assert_same_as_hudi_rs(ours_path: Path, theirs_path: Path, listing: str) -> int:
+def _assert_same_as_hudi_rs(ours_path: Path, theirs_path: Path, listing: Listing) -> int:
     """Snapshot, read-optimized, and as of every completed instant; returns the number of reads."""
     table = HoodieTable.open(str(ours_path))
     points = [None] + [i.requested_time for i in table.timeline.completed()]

@@ -32,6 +32,18 @@ SCHEMA = pa.schema([("id", pa.string()), ("ts", pa.int64()), ("city", pa.string(
 CITIES = ("sf", "ny", "la")
 
 
+def parsed_base(name: str) -> BaseFileName:
+    parsed = BaseFileName.parse(name)
+    assert parsed is not None, name
+    return parsed
+
+
+def parsed_log(name: str) -> LogFileName:
+    parsed = LogFileName.parse(name)
+    assert parsed is not None, name
+    return parsed
+
+
 def hudi_rows(path: Path, *, as_of: str | None = None, read_optimized: bool = False) -> list[tuple]:
     builder = hudi.HudiTableBuilder.from_base_uri(str(path))
     if read_optimized:
@@ -179,7 +191,7 @@ def test_timeline_and_properties_are_hudis(tmp_path: Path, version: int) -> None
                 assert stat["fileSizeInBytes"] == (tmp_path / stat["path"]).stat().st_size
                 log_name = LogFileName.parse(name)
                 if log_name is None:
-                    assert BaseFileName.parse(name).instant_time == inst.requested_time
+                    assert parsed_base(name).instant_time == inst.requested_time
                     continue
                 assert stat["logFiles"] == [name]
                 if version >= 8:  # log named after the delta commit, always version 1
@@ -191,7 +203,7 @@ def test_timeline_and_properties_are_hudis(tmp_path: Path, version: int) -> None
         assert read_single_record(first.read_bytes(), str(first))["operationType"] == "UPSERT"
     else:
         logs = sorted(p.name for p in (tmp_path / "city=sf").glob(".*.log.*"))
-        assert any(LogFileName.parse(n).version > 1 for n in logs)
+        assert any(parsed_log(n).version > 1 for n in logs)
     for city in CITIES:
         props = parse_java_properties((tmp_path / f"city={city}" / ".hoodie_partition_metadata").read_text())
         assert props["partitionDepth"] == "1" and props["commitTime"] == writer.instants[0]
@@ -214,7 +226,7 @@ def test_base_files_have_valid_footers(tmp_path: Path) -> None:
         assert footer["hoodie_min_record_key"] == min(keys.to_pylist())
         names = pf.read(columns=["_hoodie_file_name"]).column(0).to_pylist()
         commit_times = pf.read(columns=["_hoodie_commit_time"]).column(0).to_pylist()
-        own = BaseFileName.parse(path.name).instant_time
+        own = parsed_base(path.name).instant_time
         # Fresh rows carry this file's name; carried-over rows keep their older commit time.
         assert all(n == path.name for n, t in zip(names, commit_times, strict=True) if t == own)
 

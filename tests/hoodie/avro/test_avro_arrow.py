@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+from typing import Any, cast
 
 import fastavro
 import numpy as np
@@ -16,7 +17,7 @@ from tests.helpers.avro_samples import RICH_JSON, RICH_SCHEMA, arrowish, rich_re
 
 
 def test_arrow_writer_matches_fastavro(monkeypatch: pytest.MonkeyPatch) -> None:
-    import hoodied.hoodie.avro.encode as ae
+    from hoodied.hoodie.avro import encode as ae
 
     records = [rich_record(i) for i in range(120)]
     arrow_schema = avro_schema_to_arrow(RICH_JSON)
@@ -33,7 +34,7 @@ def test_arrow_writer_matches_fastavro(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_decoder_matches_fastavro_on_many_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
-    import hoodied.hoodie.avro.arrow as aa
+    from hoodied.hoodie.avro import arrow as aa
 
     monkeypatch.setattr(aa, "_CHUNK_ROWS", 7)  # many chunks, and chunks that are all-null in places
     records = [rich_record(i) for i in range(60)]
@@ -46,7 +47,7 @@ def test_decoder_matches_fastavro_on_many_chunks(monkeypatch: pytest.MonkeyPatch
     ends = np.cumsum([len(p) for p in parts])
     starts = ends - [len(p) for p in parts]
     table = decode_avro_records(b"".join(parts), starts, ends, RICH_JSON)
-    decoded = [fastavro.schemaless_reader(io.BytesIO(p), schema, None) for p in parts]
+    decoded = [cast(dict[str, Any], fastavro.schemaless_reader(io.BytesIO(p), schema, None)) for p in parts]
     assert table.equals(pa.Table.from_pylist([arrowish(r) for r in decoded], schema=table.schema))
 
 

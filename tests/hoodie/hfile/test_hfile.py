@@ -10,7 +10,7 @@ import pytest
 
 from hoodied.hoodie.errors import HoodieFormatError, UnsupportedTableError
 from hoodied.hoodie.hfile.reader import HFileReader, _crc32c
-from hoodied.hoodie.log import BlockType, read_log_blocks
+from hoodied.hoodie.log import BlockType, HeaderKey, read_log_blocks
 from hoodied.hoodie.storage import LocalStorage
 
 #: Fixtures that carry a metadata table (all written by Hudi: v8 via HBase, v9 via Hudi's writer).
@@ -83,7 +83,7 @@ def test_every_mdt_hfile_and_hfile_block_parses(shared_table, fid: str) -> None:
                 if block.block_type is BlockType.HFILE_DATA:
                     reader = HFileReader(block.content(storage), f"{info.path}@{block.offset}")
                     c[2] += 1
-                    c[3] += _check_reader(reader, block.header.get(2))
+                    c[3] += _check_reader(reader, block.header.get(HeaderKey.SCHEMA))
     assert counts["files"][0] >= 1 and counts["files"][2] >= 1
     if fid in EXPECTED_COUNTS:
         assert {p: tuple(v) for p, v in counts.items()} == EXPECTED_COUNTS[fid]

@@ -247,7 +247,7 @@ def test_java_hashmap_order() -> None:
 
 
 @pytest.mark.parametrize("fid", V9_MDT_FIXTURES)
-def test_reencoding_hudi_11_files_is_byte_identical(fid: str, shared_table) -> None:  # type: ignore[no-untyped-def]
+def test_reencoding_hudi_11_files_is_byte_identical(fid: str, shared_table) -> None:
     """Same cells, same creation time: every v9 MDT base file and log-block HFile comes out
     byte for byte as Hudi 1.1's writer made it (blocks, gzip, index, file info, trailer)."""
     bases, contents = _mdt_hfiles(shared_table(fid))
@@ -271,7 +271,7 @@ TRAILER_FIELDS = (
 ).split()
 
 
-def test_structure_against_hbase_written_v8_files(shared_table) -> None:  # type: ignore[no-untyped-def]
+def test_structure_against_hbase_written_v8_files(shared_table) -> None:
     """v8 files come from HBase's writer (CRC32C, prev offsets, full index keys): the same cells
     give identical data and bloom payloads, the same block sequence and counts, close sizes."""
     bases, _ = _mdt_hfiles(shared_table(V8))
@@ -336,14 +336,14 @@ def _rewrite_files_base(root: Path, *, block_size: int, drop: tuple[str, str] | 
 
 
 @pytest.mark.parametrize("block_size", [1 << 20, 200])
-def test_hudi_rs_reads_our_v8_files_base(block_size: int, hudi_table, shared_table) -> None:  # type: ignore[no-untyped-def]
+def test_hudi_rs_reads_our_v8_files_base(block_size: int, hudi_table, shared_table) -> None:
     original = _hudi_view(shared_table(V8))
     ours = hudi_table(V8)
     _rewrite_files_base(ours, block_size=block_size)
     assert _hudi_view(ours) == original
 
 
-def test_hudi_rs_consumes_our_v8_files_base(hudi_table, shared_table) -> None:  # type: ignore[no-untyped-def]
+def test_hudi_rs_consumes_our_v8_files_base(hudi_table, shared_table) -> None:
     slices, rows = _hudi_view(shared_table(V8))
     ours = hudi_table(V8)
     newest = "6e1d5cc4-c487-487d-abbe-fe9b30b1c0cc-0_0-1112-3190_20251220210129235.parquet"
@@ -359,7 +359,7 @@ V9_AS_OF = [None, "20260307162611195", "20260307162612542", "20260307162613000"]
 
 
 @pytest.mark.parametrize("block_size", [1 << 20, 300])
-def test_hudi_rs_reads_our_v9_files_base(block_size: int, hudi_table, shared_table) -> None:  # type: ignore[no-untyped-def]
+def test_hudi_rs_reads_our_v9_files_base(block_size: int, hudi_table, shared_table) -> None:
     original = shared_table(V9_MOR)
     ours = hudi_table(V9_MOR)
     _rewrite_files_base(ours, block_size=block_size)
@@ -367,7 +367,7 @@ def test_hudi_rs_reads_our_v9_files_base(block_size: int, hudi_table, shared_tab
         assert _hudi_view(ours, as_of) == _hudi_view(original, as_of), as_of
 
 
-def test_hudi_rs_consumes_our_v9_files_base(hudi_table, shared_table) -> None:  # type: ignore[no-untyped-def]
+def test_hudi_rs_consumes_our_v9_files_base(hudi_table, shared_table) -> None:
     """The newest v9 files base is shadowed by later logs at the latest instant; time travel to
     before them shows that hudi-rs read our file."""
     original = shared_table(V9_MOR)

@@ -67,9 +67,12 @@ def _schedule(root: Path, policy: str = "KEEP_LATEST_COMMITS") -> tuple[str, dic
     t = out.stdout.split()[0]
     storage = LocalStorage(str(root))
     timeline = Timeline.load(storage, load_table_config(storage))
-    plan = timeline.read_plan(timeline.get(t))  # type: ignore[arg-type]
+    target = timeline.get(t)
+    assert target is not None, t
+    plan = timeline.read_plan(target)
+    assert plan is not None
     planned: dict[str, set[str]] = {}
-    for p in planned_files(plan):  # type: ignore[arg-type]
+    for p in planned_files(plan):
         rel = p[len(storage.base_uri) + 1:]
         partition, _, name = rel.rpartition("/")
         planned.setdefault(partition, set()).add(name)
@@ -129,7 +132,7 @@ def _check_consistent(
 
 
 @pytest.mark.parametrize("fid", [V8, V9_MOR, V9_COW, V9_NONPART])
-def test_clean_keeps_the_metadata_table_exact(fid: str, hudi_table, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_clean_keeps_the_metadata_table_exact(fid: str, hudi_table, tmp_path: Path) -> None:
     root = hudi_table(fid)
     storage = LocalStorage(str(root))
     config = load_table_config(storage)
@@ -173,7 +176,7 @@ def test_clean_keeps_the_metadata_table_exact(fid: str, hudi_table, tmp_path: Pa
     (V8, "mdt-log-written"),
     (V9_NONPART, "mdt-done"),
 ])
-def test_kill_9_around_the_mdt_commit(fid: str, point: str, hudi_table, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_kill_9_around_the_mdt_commit(fid: str, point: str, hudi_table, tmp_path: Path) -> None:
     root = hudi_table(fid)
     rows = _hudi_rs(root, None)
     t, planned = _schedule(root)
@@ -221,7 +224,7 @@ def test_kill_9_around_the_mdt_commit(fid: str, point: str, hudi_table, tmp_path
 # ---------------------------------------------------------------------------- refusals
 
 
-def test_unmaintained_mdt_partition_is_refused(hudi_table) -> None:  # type: ignore[no-untyped-def]
+def test_unmaintained_mdt_partition_is_refused(hudi_table) -> None:
     root = hudi_table(V9_COW)
     t, _ = _schedule(root)
     add_mdt_partition(root, "expr_index_city")
@@ -233,11 +236,11 @@ def test_unmaintained_mdt_partition_is_refused(hudi_table) -> None:  # type: ign
     out = CliRunner().invoke(cli, ["execute", str(root), *SKEW])
     assert out.exit_code == 5 and "expr_index_city" in out.stderr
     assert _files(root) == before
-    timeline = Timeline.load(storage, config)
-    assert timeline.get(t).state is State.REQUESTED  # type: ignore[union-attr]
+    inst = Timeline.load(storage, config).get(t)
+    assert inst is not None and inst.state is State.REQUESTED
 
 
-def test_other_refusals(hudi_table) -> None:  # type: ignore[no-untyped-def]
+def test_other_refusals(hudi_table) -> None:
     root = hudi_table(V9_MOR)
     storage = LocalStorage(str(root))
     config = load_table_config(storage)
@@ -254,7 +257,7 @@ def test_other_refusals(hudi_table) -> None:  # type: ignore[no-untyped-def]
     require_clean_maintainable(s2, load_table_config(s2), "clean")
 
 
-def test_bloom_filter_tombstones_for_base_files_only(hudi_table) -> None:  # type: ignore[no-untyped-def]
+def test_bloom_filter_tombstones_for_base_files_only(hudi_table) -> None:
     root = hudi_table(V9_COW)
     add_mdt_partition(root, "bloom_filters")
     storage = LocalStorage(str(root))

@@ -81,7 +81,7 @@ def _check_readers(root: Path, tmp: Path) -> None:
 
 
 @pytest.mark.parametrize("fid,c,bases,exact", HUDI_COMPACTIONS)
-def test_compaction_reproduces_hudis_own(  # type: ignore[no-untyped-def]
+def test_compaction_reproduces_hudis_own(
     fid: str, c: str, bases: int, exact: bool, hudi_table, tmp_path: Path
 ) -> None:
     """Undo Hudi's MDT compaction C (timeline files and base files) and run hoodied's at C: same plan,
@@ -91,7 +91,9 @@ def test_compaction_reproduces_hudis_own(  # type: ignore[no-untyped-def]
     listing = _listing(root)
     mdt_root = root / METADATA_FOLDER
     storage, config, timeline = _mdt(root)
-    hudi_plan = timeline.read_plan(timeline.get(c))  # type: ignore[arg-type]
+    hudi_compaction = timeline.get(c)
+    assert hudi_compaction is not None, c
+    hudi_plan = timeline.read_plan(hudi_compaction)
     hudi_bases = {p.relative_to(mdt_root).as_posix(): _cells(p) for p in mdt_root.glob(f"*/*_{c}.hfile")}
     assert len(hudi_bases) == bases
     for p in mdt_root.glob(f"*/*_{c}.hfile"):
@@ -153,7 +155,7 @@ def _source(root: Path) -> str:
     return next(p.name for p in sorted((root / "region=eu").glob("*.parquet")))
 
 
-def test_compaction_happens_at_the_threshold_and_not_before(hudi_table, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_compaction_happens_at_the_threshold_and_not_before(hudi_table, tmp_path: Path) -> None:
     root = hudi_table(V9_MOR)
     t = Table(root)
     assert max_delta_commits(t.config) == 10
@@ -173,7 +175,9 @@ def test_compaction_happens_at_the_threshold_and_not_before(hudi_table, tmp_path
     c = compactions[0]
     # a fresh instant (no data instant was pending with its MDT delta commit completed), taken while
     # the 11th data instant was pending; its MDT delta commit completed after the compaction
-    assert written[-1] < added[0] < c.requested_time < c.completion_time < mdt_tl.completion_time(added[0])  # type: ignore[operator]
+    added_done = mdt_tl.completion_time(added[0])
+    assert c.completion_time is not None and added_done is not None
+    assert written[-1] < added[0] < c.requested_time < c.completion_time < added_done
     plan = mdt_tl.read_plan(c)
     assert plan is not None
     files_op = next(o for o in plan["operations"] if o["fileId"] == "files-0000-0")
@@ -198,7 +202,7 @@ def test_compaction_happens_at_the_threshold_and_not_before(hudi_table, tmp_path
     _check_readers(root, tmp_path)
 
 
-def test_pending_data_instant_keeps_its_records_out_of_the_compaction(hudi_table, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_pending_data_instant_keeps_its_records_out_of_the_compaction(hudi_table, tmp_path: Path) -> None:
     """Hudi 1.x does not wait for a pending data instant P whose MDT delta commit completed: the MDT
     compaction is timed 1 ms before P, so P's records (and everything completed after) stay in
     log files, and P can still be rolled back."""
@@ -231,7 +235,7 @@ def test_pending_data_instant_keeps_its_records_out_of_the_compaction(hudi_table
     assert len(mdt_tl.completed((Action.COMPACTION,))) == 2
 
 
-def test_pending_mdt_compaction_is_finished_first(hudi_table, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_pending_mdt_compaction_is_finished_first(hudi_table, tmp_path: Path) -> None:
     root = hudi_table(V9_COW)
     t = Table(root)
     with t.lock:
@@ -244,11 +248,12 @@ def test_pending_mdt_compaction_is_finished_first(hudi_table, tmp_path: Path) ->
     _, _, mdt_tl = _mdt(root)
     done = mdt_tl.get(c)
     assert done is not None and done.is_completed
-    assert done.completion_time < mdt_tl.completion_time(instant)  # type: ignore[operator]
+    later = mdt_tl.completion_time(instant)
+    assert done.completion_time is not None and later is not None and done.completion_time < later
     _check_readers(root, tmp_path)
 
 
-def test_mdt_clean_removes_old_slices_only_as_allowed(hudi_table, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_mdt_clean_removes_old_slices_only_as_allowed(hudi_table, tmp_path: Path) -> None:
     root = hudi_table(V9_MOR)
     t = Table(root)
     src = _source(root)
@@ -257,8 +262,10 @@ def test_mdt_clean_removes_old_slices_only_as_allowed(hudi_table, tmp_path: Path
     # the slice before Hudi's compaction C: log files whose delta commit completed before C (612542's
     # log completed after C and belongs to C's slice)
     mdt_tl = _mdt(root)[2]
-    oldest_logs = sorted(p.name for p in (mdt_root / "files").glob(".files-0000-0_*.log.*")
-                         if mdt_tl.completion_time(p.name.split("_")[1].split(".")[0]) < "20260307162612567")
+    completed = {p.name: mdt_tl.completion_time(p.name.split("_")[1].split(".")[0])
+                 for p in (mdt_root / "files").glob(".files-0000-0_*.log.*")}
+    assert None not in completed.values()  # every log's delta commit is complete
+    oldest_logs = sorted(name for name, c in completed.items() if c is not None and c < "20260307162612567")
     assert first_base.exists() and len(oldest_logs) == 7
     with t.lock:
         for _ in range(14):
@@ -286,7 +293,7 @@ def test_mdt_clean_removes_old_slices_only_as_allowed(hudi_table, tmp_path: Path
     _check_readers(root, tmp_path)
 
 
-def test_threshold_from_the_data_table_properties_and_upkeep_off(hudi_table) -> None:  # type: ignore[no-untyped-def]
+def test_threshold_from_the_data_table_properties_and_upkeep_off(hudi_table) -> None:
     root = hudi_table(V9_COW)
     props = root / ".hoodie" / "hoodie.properties"
     props.write_text(props.read_text() + "hoodie.metadata.compact.max.delta.commits=7\n")

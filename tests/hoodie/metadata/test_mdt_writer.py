@@ -104,7 +104,7 @@ def _add_base_file(t: Table, partition: str, source: str) -> tuple[str, str, str
 
 
 @pytest.mark.parametrize("fid", [V9_MOR, V9_COW])
-def test_added_file_appears_in_hudi_rs_listing(fid: str, hudi_table, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_added_file_appears_in_hudi_rs_listing(fid: str, hudi_table, tmp_path: Path) -> None:
     root = hudi_table(fid)
     before_slices, before_rows = _hudi_rs(root)
     eu = next(s for s in before_slices if s[0] == "region=eu")
@@ -140,7 +140,7 @@ def test_added_file_appears_in_hudi_rs_listing(fid: str, hudi_table, tmp_path: P
     assert cells["region=eu"]["filesystemMetadata"] == {name: {"size": size, "isDeleted": False}}
 
 
-def test_deleted_files_disappear(hudi_table, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_deleted_files_disappear(hudi_table, tmp_path: Path) -> None:
     """A clean of the v8 table's older chennai slice: tombstones in the MDT, files gone,
     hudi-rs reads the same rows with and without the MDT, zero drift."""
     root = hudi_table(V8)
@@ -182,7 +182,7 @@ def test_deleted_files_disappear(hudi_table, tmp_path: Path) -> None:  # type: i
     assert mdt is not None and not set(old) & set(mdt.files("city=chennai"))
 
 
-def test_rerun_after_a_crash_and_after_completion(hudi_table) -> None:  # type: ignore[no-untyped-def]
+def test_rerun_after_a_crash_and_after_completion(hudi_table) -> None:
     root = hudi_table(V9_MOR)
     before_slices, _ = _hudi_rs(root)
     eu = next(s for s in before_slices if s[0] == "region=eu")
@@ -222,7 +222,8 @@ def test_rerun_after_a_crash_and_after_completion(hudi_table) -> None:  # type: 
         ]
         # completed in the MDT, data instant still pending: a retry rolls it back and rewrites it
         again = t.mdt().write_deltacommit(instant, records)
-        assert again.state is State.COMPLETED and again.completion_time > done.completion_time  # type: ignore[operator]
+        assert again.completion_time is not None and done.completion_time is not None
+        assert again.state is State.COMPLETED and again.completion_time > done.completion_time
         assert len(Timeline.load(writer.storage, writer.config).completed((Action.ROLLBACK,))) == 2
         assert (
             sorted(p.name for p in (root / ".hoodie/metadata/files").glob(f".files-0000-0_{instant}*"))
@@ -242,7 +243,7 @@ def test_rerun_after_a_crash_and_after_completion(hudi_table) -> None:  # type: 
     assert len(Timeline.load(writer.storage, writer.config).completed((Action.ROLLBACK,))) == 2
 
 
-def test_refusals(hudi_table, shared_table) -> None:  # type: ignore[no-untyped-def]
+def test_refusals(hudi_table, shared_table) -> None:
     root = shared_table(V9_MOR)
     storage = LocalStorage(str(root))
     config = load_table_config(storage)

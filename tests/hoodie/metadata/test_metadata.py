@@ -10,7 +10,7 @@ import pytest
 
 from hoodied.hoodie.errors import HoodieFormatError
 from hoodied.hoodie.filenames import PARTITION_METAFILE, BaseFileName, LogFileName
-from hoodied.hoodie.metadata.reader import MetadataTable, listing_drift
+from hoodied.hoodie.metadata.reader import FilesByPartition, MetadataTable, listing_drift
 from hoodied.hoodie.metadata.records import combine_listings, live_files
 from hoodied.hoodie.properties import load_table_config
 from hoodied.hoodie.storage import LocalStorage
@@ -167,8 +167,8 @@ def test_combine_listings_rules() -> None:
 
 
 def test_listing_drift_reports_each_kind() -> None:
-    storage = {"p1": {"a": 1, "b": 2, "c": 3}, "p2": [("x", 1)]}
-    mdt = {"p1": {"a": 1, "b": 20, "d": 4}, "p3": {"y": 5}}
+    storage: FilesByPartition = {"p1": {"a": 1, "b": 2, "c": 3}, "p2": [("x", 1)]}
+    mdt: FilesByPartition = {"p1": {"a": 1, "b": 20, "d": 4}, "p3": {"y": 5}}
     drift = listing_drift(storage, mdt)
     assert drift and drift.count == 5
     by = {p.partition: p for p in drift.partitions}

@@ -132,12 +132,12 @@ def test_history_round_trip(hudi_table) -> None:
     assert merged.replaced_file_groups() == replaced
     assert merged.replaced_file_groups(as_of="20260307135840453") == replaced_before_clustering
     for inst in merged.instants[:12]:
-        metadata, raw_plan, plan, clustering = before[inst.requested_time]
+        metadata, raw_plan, plan, is_clustering = before[inst.requested_time]
         assert merged.is_archived(inst)
         assert merged.state_file(inst) == str(l1_file.relative_to(table))
         assert merged.read_commit_metadata(inst) == metadata
         assert merged.plan(inst) == plan
-        assert merged.is_clustering(inst) == clustering
+        assert merged.is_clustering(inst) == is_clustering
         if inst.action in (Action.COMPACTION, Action.CLUSTERING):
             assert raw_plan is not None and merged.read_plan(inst) == raw_plan
     assert not merged.is_archived(merged.instants[12])

@@ -185,6 +185,7 @@ def test_compaction_plan_written_with_our_schema_decodes_in_the_hudi_writer_shap
 def test_every_schema_parses_and_is_self_contained() -> None:
     for name in SCHEMA_NAMES:
         parsed = schema(name)
+        assert isinstance(parsed, dict)  # a named record
         assert parsed["name"] == f"org.apache.hudi.avro.model.{name}"
         assert "avro.java.string" not in schema_json(name)
     with pytest.raises(KeyError):

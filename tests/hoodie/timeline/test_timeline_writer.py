@@ -87,7 +87,7 @@ def _snapshot(folder: Path) -> dict[str, tuple[int, bytes]]:
 
 @pytest.mark.parametrize("fid", TABLES)
 @pytest.mark.parametrize("action", [*PLANS, Action.SAVEPOINT], ids=lambda a: a.value)
-def test_every_action_in_both_layouts(hudi_table, fid: str, action: Action) -> None:  # type: ignore[no-untyped-def]
+def test_every_action_in_both_layouts(hudi_table, fid: str, action: Action) -> None:
     root = hudi_table(fid)
     storage, config, lock, writer = _open(root)
     folder = root / config.timeline_path
@@ -136,15 +136,16 @@ def test_every_action_in_both_layouts(hudi_table, fid: str, action: Action) -> N
             assert md[key] == value, key
     if action in (Action.CLUSTERING,):
         assert tl.is_clustering(inst)
-    if action in PLANS and PLANS[action] is not None:
+    expected_plan = PLANS.get(action)
+    if expected_plan is not None:
         plan = tl.read_plan(inst)
         assert plan is not None
-        for key, value in PLANS[action].items():  # type: ignore[union-attr]
+        for key, value in expected_plan.items():
             assert plan[key] == value
 
 
 @pytest.mark.parametrize("fid", TABLES)
-def test_rerunning_transitions_is_a_no_op(hudi_table, fid: str) -> None:  # type: ignore[no-untyped-def]
+def test_rerunning_transitions_is_a_no_op(hudi_table, fid: str) -> None:
     root = hudi_table(fid)
     storage, config, lock, writer = _open(root)
     folder = root / config.timeline_path
@@ -173,7 +174,7 @@ def test_rerunning_transitions_is_a_no_op(hudi_table, fid: str) -> None:  # type
 
 
 @pytest.mark.parametrize("fid", TABLES)
-def test_existing_file_is_never_overwritten(hudi_table, fid: str) -> None:  # type: ignore[no-untyped-def]
+def test_existing_file_is_never_overwritten(hudi_table, fid: str) -> None:
     root = hudi_table(fid)
     storage, config, lock, writer = _open(root)
     folder = root / config.timeline_path
@@ -186,7 +187,7 @@ def test_existing_file_is_never_overwritten(hudi_table, fid: str) -> None:  # ty
     assert not [p for p in folder.iterdir() if p.name.endswith(".tmp")]
 
 
-def test_transitions_need_the_previous_state(hudi_table) -> None:  # type: ignore[no-untyped-def]
+def test_transitions_need_the_previous_state(hudi_table) -> None:
     storage, config, lock, writer = _open(hudi_table("cow/v8_nonpartitioned"))
     with lock:
         t = writer.new_instant_time()
@@ -197,7 +198,7 @@ def test_transitions_need_the_previous_state(hudi_table) -> None:  # type: ignor
             writer.complete(t, Action.CLEAN, METADATA[Action.CLEAN])
 
 
-def test_bad_content_is_refused_before_writing(hudi_table) -> None:  # type: ignore[no-untyped-def]
+def test_bad_content_is_refused_before_writing(hudi_table) -> None:
     root = hudi_table("cow/v8_nonpartitioned")
     storage, config, lock, writer = _open(root)
     folder = root / config.timeline_path
@@ -212,7 +213,7 @@ def test_bad_content_is_refused_before_writing(hudi_table) -> None:  # type: ign
     assert _snapshot(folder) == before
 
 
-def test_no_write_without_the_lock(hudi_table) -> None:  # type: ignore[no-untyped-def]
+def test_no_write_without_the_lock(hudi_table) -> None:
     root = hudi_table("cow/v8_nonpartitioned")
     storage, config, _, _ = _open(root)
     folder = root / config.timeline_path
@@ -231,7 +232,7 @@ def test_no_write_without_the_lock(hudi_table) -> None:  # type: ignore[no-untyp
 
 
 @pytest.mark.parametrize("fid", ["mor/avro/v9_txns_simple_nometa", "mor/parquet/v6_nonpartitioned"])
-def test_compaction_with_a_real_plan_and_retry_after_revert(hudi_table, fid: str) -> None:  # type: ignore[no-untyped-def]
+def test_compaction_with_a_real_plan_and_retry_after_revert(hudi_table, fid: str) -> None:
     # the plan Hudi wrote for the v9 table's compaction, scheduled again as a new instant
     root = hudi_table(fid)
     storage, config, lock, writer = _open(root)
@@ -244,8 +245,8 @@ def test_compaction_with_a_real_plan_and_retry_after_revert(hudi_table, fid: str
         writer.transition_to_inflight(t, Action.COMPACTION)
         # a failed attempt: back to requested (the plan stays), then the retry goes through
         writer.revert_inflight_to_requested(t, Action.COMPACTION)
-        tl = Timeline.load(storage, config)
-        assert tl.get(t).state is State.REQUESTED  # type: ignore[union-attr]
+        reverted = Timeline.load(storage, config).get(t)
+        assert reverted is not None and reverted.state is State.REQUESTED
         writer.transition_to_inflight(t, Action.COMPACTION)
         done = writer.complete(t, Action.COMPACTION, METADATA[Action.COMPACTION])
         with pytest.raises(InstantStateError, match="is completed"):
@@ -253,7 +254,8 @@ def test_compaction_with_a_real_plan_and_retry_after_revert(hudi_table, fid: str
     tl = Timeline.load(storage, config)
     inst = tl.get(t)
     assert inst is not None and inst.action is Action.COMPACTION and inst.is_completed
-    assert tl.read_plan(inst)["operations"] == plan["operations"]  # type: ignore[index]
+    written = tl.read_plan(inst)
+    assert written is not None and written["operations"] == plan["operations"]
     assert tl.read_commit_metadata(inst)["compacted"] is True
     if config.timeline_layout == 1:
         text = (root / ".hoodie" / f"{t}.commit").read_text()
@@ -263,7 +265,7 @@ def test_compaction_with_a_real_plan_and_retry_after_revert(hudi_table, fid: str
         assert done.completion_time is not None
 
 
-def test_completion_time_follows_everything_on_the_timeline(hudi_table) -> None:  # type: ignore[no-untyped-def]
+def test_completion_time_follows_everything_on_the_timeline(hudi_table) -> None:
     root = hudi_table("mor/avro/v9_txns_simple_nometa")
     storage, config, lock, writer = _open(root)
     with lock:
@@ -277,7 +279,7 @@ def test_completion_time_follows_everything_on_the_timeline(hudi_table) -> None:
 
 
 @pytest.mark.parametrize("fid", [f for f in ALL_FIXTURES if "/v6_" in f and not f.endswith("_empty")])
-def test_jackson_json_matches_hudi_v6_files_byte_for_byte(shared_table, fid: str) -> None:  # type: ignore[no-untyped-def]
+def test_jackson_json_matches_hudi_v6_files_byte_for_byte(shared_table, fid: str) -> None:
     hoodie = shared_table(fid) / ".hoodie"
     checked = 0
     for path in sorted(hoodie.iterdir()):
@@ -294,7 +296,7 @@ def test_jackson_json_matches_hudi_v6_files_byte_for_byte(shared_table, fid: str
 @pytest.mark.parametrize(
     "fid", ["cow/v6_nonpartitioned", "cow/v8_nonpartitioned", "mor/avro/v9_txns_simple_nometa"]
 )
-def test_hudi_rs_reads_the_table_after_our_timeline_writes(hudi_table, fid: str) -> None:  # type: ignore[no-untyped-def]
+def test_hudi_rs_reads_the_table_after_our_timeline_writes(hudi_table, fid: str) -> None:
     import hudi
 
     root = hudi_table(fid)

@@ -33,7 +33,7 @@ class SimClock:
 T0 = 1_767_225_600.0  # 2026-01-01T00:00:00Z
 
 
-def _gen(sim: SimClock, skew_ms: int = 200, catch_up_ms: int = 5_000, tz=UTC) -> TrueTime:  # type: ignore[no-untyped-def]
+def _gen(sim: SimClock, skew_ms: int = 200, catch_up_ms: int = 5_000, tz=UTC) -> TrueTime:
     return TrueTime(
         tz, TimeSettings(max_expected_clock_skew_ms=skew_ms, max_catch_up_ms=catch_up_ms),
         clock=sim.clock, sleep=sim.sleep,
@@ -96,7 +96,7 @@ def test_legacy_14_digit_floor(tmp_path: Path) -> None:
     assert t == "20260101000000000" > "20260101000000"
 
 
-def test_timeline_floor_reads_requested_and_completion_times(shared_table) -> None:  # type: ignore[no-untyped-def]
+def test_timeline_floor_reads_requested_and_completion_times(shared_table) -> None:
     root = shared_table("cow/v9_txns_simple_nometa")
     storage = LocalStorage(str(root))
     config = load_table_config(storage)
@@ -105,12 +105,12 @@ def test_timeline_floor_reads_requested_and_completion_times(shared_table) -> No
     assert timeline_floor(storage, config) == expected
 
 
-def test_timeline_floor_layout_1(shared_table) -> None:  # type: ignore[no-untyped-def]
+def test_timeline_floor_layout_1(shared_table) -> None:
     root = shared_table("mor/parquet/v6_nonpartitioned_rollback")
     storage = LocalStorage(str(root))
     assert timeline_floor(storage, load_table_config(storage)) == "20250126060846931"
 
 
-def test_timeline_floor_empty_table(shared_table) -> None:  # type: ignore[no-untyped-def]
+def test_timeline_floor_empty_table(shared_table) -> None:
     storage = LocalStorage(str(shared_table("cow/v8_empty")))
     assert timeline_floor(storage, load_table_config(storage)) is None
