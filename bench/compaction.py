@@ -50,22 +50,18 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+from read_bench import SCHEMA, generate  # (the same generated rows as the read benchmark)
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from read_bench import SCHEMA, generate  # noqa: E402  (the same generated rows as the read benchmark)
-
-from hoodied.hoodie.basefile import DEFAULT_COMPRESSION  # noqa: E402
-from hoodied.hoodie.demo.writer import TableSpec, create_table  # noqa: E402
-from hoodied.hoodie.locks import InProcessLock  # noqa: E402
-from hoodied.hoodie.properties import TableType  # noqa: E402
-from hoodied.hoodie.storage import LocalStorage  # noqa: E402
-from hoodied.planners.compaction import CompactionSettings, CompactionStrategy, schedule_compaction  # noqa: E402
+from hoodied.hoodie.basefile import DEFAULT_COMPRESSION
+from hoodied.hoodie.demo.writer import TableSpec, create_table
+from hoodied.hoodie.locks import InProcessLock
+from hoodied.hoodie.properties import TableType
+from hoodied.hoodie.storage import LocalStorage
+from hoodied.planners.compaction import CompactionSettings, CompactionStrategy, schedule_compaction
 
 EVERYTHING = CompactionSettings(max_delta_commits=1, strategy=CompactionStrategy.UNBOUNDED)
 UPDATE_FRACTION = 0.20
 DELETE_FRACTION = 0.02
-PROJECT = Path(__file__).resolve().parent.parent
 
 
 def _changes(rows: int, keyspace: int, city: str | None) -> tuple[pa.Table, pa.Table]:
@@ -158,7 +154,7 @@ def _warm_up(session: Any) -> None:
 
 
 def compact(path: Path, session: Any) -> tuple[float, float, int]:
-    from hoodied.service.cli.schedule import run_compaction
+    from hoodied.service.spark_jobs import run_compaction
 
     storage = LocalStorage(str(path))
     lock = InProcessLock(storage.base_uri)
@@ -172,8 +168,7 @@ def compact(path: Path, session: Any) -> tuple[float, float, int]:
 
 
 _TASK = """
-import sys, time
-sys.path.insert(0, {project!r})
+import time
 from hoodied.executors.compaction import compact_operation, prepare_job
 from hoodied.hoodie.properties import load_table_config
 from hoodied.hoodie.storage import LocalStorage
@@ -205,7 +200,7 @@ def task_peak_rss_mb(pristine: Path, scratch: Path) -> tuple[float, float, float
     storage = LocalStorage(str(path))
     inst, plan = schedule_compaction(storage, InProcessLock(storage.base_uri), EVERYTHING)
     assert inst is not None, plan.reason
-    code = _TASK.format(project=str(PROJECT), path=str(path), instant=inst.requested_time)
+    code = _TASK.format(path=str(path), instant=inst.requested_time)
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         raise RuntimeError(f"compaction task failed:\n{proc.stderr}")

@@ -48,7 +48,6 @@ import os
 import random
 import shutil
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -58,18 +57,17 @@ import anyio
 import numpy as np
 import pyarrow as pa
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from hoodied.hoodie.demo.writer import TableSpec, create_table  # noqa: E402
-from hoodied.hoodie.properties import TableType, load_table_config  # noqa: E402
-from hoodied.hoodie.storage import LocalStorage  # noqa: E402
-from hoodied.hoodie.timeline.active import Timeline, datetime_to_instant_time  # noqa: E402
-from hoodied.hoodie.timeline.instant import Action  # noqa: E402
-from hoodied.service.config import DaemonConfig, load_config  # noqa: E402
-from hoodied.service.daemon.loop import Daemon  # noqa: E402
-from hoodied.service.daemon.poll import RELIST_S  # noqa: E402
-from hoodied.service.daemon.registry import JobContext, Registry, default_registry, register_executor  # noqa: E402
-from hoodied.service.logs import configure_logging  # noqa: E402
+from hoodied.hoodie.demo.writer import TableSpec, create_table
+from hoodied.hoodie.properties import TableType, load_table_config
+from hoodied.hoodie.storage import LocalStorage
+from hoodied.hoodie.timeline.active import Timeline, datetime_to_instant_time
+from hoodied.hoodie.timeline.instant import Action
+from hoodied.service.config import DaemonConfig, load_config
+from hoodied.service.daemon.loop import Daemon
+from hoodied.service.daemon.poll import RELIST_S
+from hoodied.service.daemon.registry import JobContext, Registry, register_executor
+from hoodied.service.daemon.registry import build_registry as default_registry
+from hoodied.service.logs import configure_logging
 
 SCHEMA = pa.schema([("id", pa.string()), ("ts", pa.int64()), ("city", pa.string())])
 #: Triggers no generated timeline reaches: the planners' checks run on every poll, nothing is planned.

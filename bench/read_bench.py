@@ -27,7 +27,6 @@ import json
 import logging
 import os
 import shutil
-import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -38,12 +37,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from hoodied.hoodie.demo.writer import TableSpec, create_table  # noqa: E402
-from hoodied.hoodie.properties import TableType, load_table_config  # noqa: E402
-from hoodied.hoodie.storage import LocalStorage  # noqa: E402
-from hoodied.hoodie.timeline.active import Timeline  # noqa: E402
+from hoodied.hoodie.demo.writer import TableSpec, create_table
+from hoodied.hoodie.properties import TableType, load_table_config
+from hoodied.hoodie.storage import LocalStorage
+from hoodied.hoodie.timeline.active import Timeline
 
 SCHEMA = pa.schema(
     [

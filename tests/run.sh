@@ -28,5 +28,8 @@ echo "== ruff"
 .venv/bin/ruff check hoodie planners executors service tests bench
 echo "== import layers"
 .venv/bin/lint-imports
+echo "== types"
+.venv/bin/mypy -p hoodied.hoodie -p hoodied.planners -p hoodied.executors -p hoodied.service -p tests
+.venv/bin/mypy bench
 echo "== pytest"
 exec .venv/bin/pytest "$@"
