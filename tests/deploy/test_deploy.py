@@ -463,3 +463,20 @@ def test_image_entrypoint_runs_from_the_lock(helm: str, tmp_path: Path) -> None:
     checked = _run([*command, "config", "check", "hoodied.yaml"], env=env, cwd=tmp_path)
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert "ok" in checked.stdout
+    # every module imports with the lock's packages alone: a dependency missing from the lock fails here
+    imported = _run([str(venv / "bin" / "python"), "-c", _IMPORT_EVERY_MODULE], env=env, cwd=tmp_path)
+    assert imported.returncode == 0, imported.stderr[-3000:]
+    assert int(imported.stdout.split()[-1]) > 90
+
+
+_IMPORT_EVERY_MODULE = """
+import importlib, pkgutil
+count = 0
+for name in ("hoodied.hoodie", "hoodied.planners", "hoodied.executors", "hoodied.service"):
+    package = importlib.import_module(name)
+    for module in pkgutil.walk_packages(package.__path__, name + "."):
+        if not module.name.endswith("__main__"):
+            importlib.import_module(module.name)
+            count += 1
+print(count)
+"""

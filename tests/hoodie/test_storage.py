@@ -60,8 +60,8 @@ def test_storage_for_uris(tmp_path: Path) -> None:
     (tmp_path / "f").write_text("x")
     with pytest.raises(TableNotFoundError, match="not a folder"):
         storage_for(str(tmp_path / "f"))
-    with pytest.raises(StorageError, match="not supported yet"):
-        storage_for("s3://bucket/table")
+    with pytest.raises(StorageError, match="HDFS is not supported"):
+        storage_for("hdfs://nn/t")
 
 
 def test_pickles_for_spark_workers(tmp_path: Path) -> None:
