@@ -12,7 +12,7 @@ reader must apply to it, as Hudi's ``HoodieBackedTableMetadata`` does:
    base instant (completion-time slicing, layout 2; layout 1: log name instant >= base
    instant). A pending MDT compaction therefore merges into the slice before it.
 3. How records merge: log blocks in order (only blocks of valid, MDT-completed instants), then
-   the base file under them (``mdt_records.combine_listings``), tombstones dropped at the end.
+   the base file under them (``metadata.records.combine_listings``), tombstones dropped at the end.
 
 One guard goes beyond Hudi: files named after an instant that is *pending* on the data
 timeline are left out of the listing. Hudi never lets such records reach an MDT base file (it

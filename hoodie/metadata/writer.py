@@ -11,7 +11,7 @@ the job. This module writes that delta commit:
 2. per MDT partition, records routed to file groups by ``file_group_index`` (file groups =
    the partition's existing file ids, sorted); every file group that receives records gets a
    new log file ``.<fileId>_<T>.log.1_<writeToken>`` holding one HFILE_DATA block
-   (``mdt_encode.encode_hfile_data_block``) of its records and, after it, one DELETE block
+   (``metadata.encode.encode_hfile_data_block``) of its records and, after it, one DELETE block
    (header ``INSTANT_TIME`` and ``SCHEMA``) of its deletes (records of None):
    ``HoodieDeleteRecord{key, partitionPath = MDT partition, orderingVal IntWrapper 0}``, as
    Hudi's append handle writes record-index and secondary-index deletes; written once;
@@ -33,8 +33,8 @@ compactions are finished, then an MDT clean and an MDT compaction run when due (
 ``upkeep=False`` turns that off; ``max_delta_commits`` overrides
 ``hoodie.metadata.compact.max.delta.commits`` (else the data table's property, else 10).
 
-Which MDT partitions get which records is the caller's business (``mdt_encode``,
-``mdt_colstats``, ``mdt_clean``, ``mdt_commit``); ``unmaintained_partitions`` tells which MDT
+Which MDT partitions get which records is the caller's business (``metadata.encode``,
+``metadata.colstats``, ``metadata.clean``, ``metadata.commit``); ``unmaintained_partitions`` tells which MDT
 partitions of a table a caller cannot keep exact, and ``require_mdt_maintainable`` refuses such a
 table (and every other MDT a caller cannot write) before anything is written.
 The caller holds the data table's lock throughout.
