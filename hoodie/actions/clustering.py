@@ -41,7 +41,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from hoodied.hoodie.errors import InstantStateError
+from hoodied.hoodie.errors import InstantStateError, UnsupportedTableError
 from hoodied.hoodie.filenames import BaseFileName
 from hoodied.hoodie.metadata.encode import MetadataRow
 from hoodied.hoodie.metadata.index_records import record_index_record
@@ -217,10 +217,26 @@ def record_index_updates(
     ``moved``: (partition, new file id, record keys written to it). Every record points at the
     new file group, with the clustering instant (epoch ms in the timeline's time zone) as its
     instant, as Hudi's record index update of a new file group does.
+
+    A key may sit in several of the clustered file groups (inserts under a non-global index
+    write one key to a new file group each time). Hudi reads a new base file's keys as a set
+    (``BaseFileRecordParsingUtils.generateRLIMetadataHoodieRecordsForBaseFile``), so copies that
+    land in one output file give one entry. Copies that land in two different output files
+    would need two entries for one key: Hudi refuses that commit (its ``reduceByKeys`` fails on
+    two record-index updates of one key), and so does this, before any metadata-table write;
+    the attempt stays inflight, to be rolled back.
     """
     millis = instant_time_to_epoch_ms(instant_time, config.tzinfo)
-    return [
-        (key, record_index_record(key, partition, file_id, millis))
-        for partition, file_id, keys in moved
-        for key in keys
-    ]
+    written_to: dict[str, str] = {}
+    out: list[MetadataRow] = []
+    for partition, file_id, keys in moved:
+        for key in dict.fromkeys(keys):  # once per file, in the file's order
+            other = written_to.setdefault(key, file_id)
+            if other != file_id:
+                raise UnsupportedTableError(
+                    f"record key {key!r} was written to two new file groups ({other} and {file_id}): "
+                    "the record index cannot point at both, and Hudi refuses such a commit too; "
+                    "roll the clustering back"
+                )
+            out.append((key, record_index_record(key, partition, file_id, millis)))
+    return out
