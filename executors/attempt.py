@@ -1,7 +1,9 @@
 """The steps every Spark table-service attempt shares: find its plan, start it, run its job, commit it.
 
-An attempt of instant T (compaction, log compaction, clustering) finds its plan under the table
-lock (``pending_plan``: a completed T only has its leftover markers deleted), starts with its
+An attempt of instant T (compaction, log compaction, clustering) finds its instant under the table
+lock (``pending_instant``: a completed T only has its leftover markers deleted), checks its plan
+and inputs with the same function that ``service.spark_jobs`` runs before any rollback of a
+failed attempt (each executor's ``check_*``, built on ``read_plan``), starts with its
 heartbeat, then the inflight transition (``start_attempt``: a failure there stops the
 heartbeat: nothing ran); its Spark job then runs outside the lock (``run_attempt``,
 ``executors.engine.run_operations``) and must return at least one row for every operation.
@@ -40,7 +42,15 @@ from hoodied.hoodie.timeline.instant import Action, Instant, State
 from hoodied.hoodie.timeline.truetime import TimeSettings
 from hoodied.hoodie.timeline.writer import TimelineWriter
 
-__all__ = ["AttemptResult", "by_partition", "commit_attempt", "pending_plan", "run_attempt", "start_attempt"]
+__all__ = [
+    "AttemptResult",
+    "by_partition",
+    "commit_attempt",
+    "pending_instant",
+    "read_plan",
+    "run_attempt",
+    "start_attempt",
+]
 
 P = TypeVar("P")
 
@@ -82,20 +92,19 @@ class AttemptResult:
         )
 
 
-def pending_plan(
+def pending_instant(
     storage: Storage,
     timeline: Timeline,
     instant_time: str,
     name: str,
     is_kind: Callable[[Instant], bool],
-    plan_type: type[P],
     heartbeat_interval_ms: int,
     tolerable_misses: int,
-) -> tuple[Instant, P | None]:
-    """Instant ``instant_time`` (a ``name`` instant by ``is_kind``) and its plan, read under the lock.
+) -> Instant:
+    """Instant ``instant_time`` (a ``name`` instant by ``is_kind``), read under the lock.
 
-    The plan is None when the instant is completed: its markers, left by a crash right after
-    completing, are deleted. A pending instant must be startable (no live or failed attempt).
+    A completed instant's markers, left by a crash right after completing, are deleted. A
+    pending instant must be startable (no live or failed attempt).
     """
     inst = timeline.get(instant_time)
     if inst is None or not is_kind(inst):
@@ -104,12 +113,18 @@ def pending_plan(
         )
     if inst.is_completed:
         WriteMarkers(storage, instant_time).delete_all()
-        return inst, None
+        return inst
     require_startable(storage, inst, name, heartbeat_interval_ms, tolerable_misses)
+    return inst
+
+
+def read_plan(timeline: Timeline, inst: Instant, name: str, plan_type: type[P]) -> P:
+    """The decoded plan of the pending ``inst``; ``HoodieFormatError`` when it is missing or not a ``name``
+    plan. Reads only: the executors' ``check_*`` functions call it before anything is changed."""
     plan = timeline.plan(inst)
     if not isinstance(plan, plan_type):
         raise HoodieFormatError(f"{timeline.state_file(inst, State.REQUESTED)}: {name} plan is empty")
-    return inst, plan
+    return plan
 
 
 def start_attempt(writer: TimelineWriter, heartbeat: Heartbeat, instant_time: str, action: Action) -> None:

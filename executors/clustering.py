@@ -70,7 +70,8 @@ from hoodied.executors.attempt import (
     AttemptResult,
     by_partition,
     commit_attempt,
-    pending_plan,
+    pending_instant,
+    read_plan,
     run_attempt,
     start_attempt,
 )
@@ -124,6 +125,7 @@ __all__ = [
     "STATS_SCHEMA",
     "ClusteringJob",
     "ClusteringResult",
+    "check_clustering",
     "cluster_group",
     "execute_clustering",
     "prepare_job",
@@ -370,6 +372,35 @@ def _check_sort_columns(columns: tuple[str, ...], schema: pa.Schema, where: str)
             raise UnsupportedTableError(f"{where}: sort column {c!r} has type {t}, which cannot be sorted")
 
 
+def _require_clusterable(storage: Storage, config: TableConfig) -> None:
+    """The table's support, whatever the plan (reads only)."""
+    require_commit_maintainable(storage, config, CLUSTER, "clustering")
+    if not config.populate_meta_fields:
+        raise UnsupportedTableError(
+            f"{storage.base_uri}: clustering of tables without meta fields (hoodie.populate.meta.fields="
+            "false) is not supported"
+        )
+
+
+def check_clustering(
+    storage: Storage, config: TableConfig, timeline: Timeline, inst: Instant,
+    *, row_group_rows: int = DEFAULT_ROW_GROUP_ROWS,
+) -> tuple[ClusteringPlan, ClusteringJob, str | None]:
+    """Everything a clustering of the pending ``inst`` needs, checked without changing anything.
+
+    The table's support (meta fields, MDT partitions a clustering keeps exact), the plan (it
+    decodes, its version, strategy and groups), every file it names, the write schema and the
+    sort columns. ``execute_clustering`` calls it right before the inflight transition and
+    ``service.spark_jobs`` before it rolls back a failed attempt: one check for both. A write
+    conflict (``require_no_conflict``) is not a bad input: the attempt is rolled back and the
+    executor refuses it then.
+    """
+    _require_clusterable(storage, config)
+    plan = read_plan(timeline, inst, "clustering", ClusteringPlan)
+    job, table_schema = prepare_job(storage, config, timeline, inst, plan, row_group_rows=row_group_rows)
+    return plan, job, table_schema
+
+
 def prepare_job(
     storage: Storage, config: TableConfig, timeline: Timeline, inst: Instant, plan: ClusteringPlan,
     *, row_group_rows: int = DEFAULT_ROW_GROUP_ROWS,
@@ -462,23 +493,19 @@ def execute_clustering(
     a failed attempt that rollback-then-retry recovers. ``progress(done, total)`` hears of
     completed groups while the job runs.
     """
-    require_commit_maintainable(storage, config, CLUSTER, "clustering")
-    if not config.populate_meta_fields:
-        raise UnsupportedTableError(
-            f"{storage.base_uri}: clustering of tables without meta fields (hoodie.populate.meta.fields="
-            "false) is not supported"
-        )
+    _require_clusterable(storage, config)  # first: an unsupported table says so whatever its instants
     started = time.monotonic()
     writer = TimelineWriter(storage, config, lock, time_settings=time_settings)
     heartbeat = Heartbeat(storage, instant_time, interval_ms=heartbeat_interval_ms)
     with lock:
         timeline = Timeline.load(storage, config)
-        inst, plan = pending_plan(storage, timeline, instant_time, "clustering", timeline.is_clustering,
-                                  ClusteringPlan, heartbeat_interval_ms, tolerable_misses)
-        if plan is None:
+        inst = pending_instant(storage, timeline, instant_time, "clustering", timeline.is_clustering,
+                               heartbeat_interval_ms, tolerable_misses)
+        if inst.is_completed:
             return ClusteringResult(inst, was_completed=True)
+        plan, job, table_schema = check_clustering(storage, config, timeline, inst,
+                                                   row_group_rows=row_group_rows)
         require_no_conflict(timeline, inst, plan)  # refuse early: nothing written yet
-        job, table_schema = prepare_job(storage, config, timeline, inst, plan, row_group_rows=row_group_rows)
         start_attempt(writer, heartbeat, instant_time, Action.CLUSTERING)
     try:
         rows = run_attempt(session, len(job.groups), job, STATS_SCHEMA, progress=progress,

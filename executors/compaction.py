@@ -29,8 +29,10 @@ keys of the same group); ``numUpdateWrites`` the remaining rows that came from l
 
 A compaction that is inflight when ``execute_compaction`` starts is a failed attempt (or a
 live one: its heartbeat says which); it is refused here and must be rolled back first, which
-``service.cli.schedule.run_compaction`` does (the rollback-then-retry of Hudi). Tables without
-meta fields are refused.
+``service.spark_jobs.run_spark_service`` does (the rollback-then-retry of Hudi) after running
+``check_compaction``, the same check this executor makes before its inflight transition: a
+corrupt or unsupported plan, or a missing input file, is found before the failed attempt's files
+are deleted. Tables without meta fields are refused.
 
 Tables with a metadata table (versions 8 and 9): after the markers are reconciled, under the
 same lock, the MDT delta commit T is written and completed
@@ -64,7 +66,8 @@ from hoodied.executors.attempt import (
     AttemptResult,
     by_partition,
     commit_attempt,
-    pending_plan,
+    pending_instant,
+    read_plan,
     run_attempt,
     start_attempt,
 )
@@ -107,6 +110,7 @@ __all__ = [
     "STATS_SCHEMA",
     "CompactionJob",
     "CompactionResult",
+    "check_compaction",
     "compact_operation",
     "execute_compaction",
     "prepare_job",
@@ -246,6 +250,32 @@ class CompactionResult(AttemptResult):
         return f"{len(self.write_stats)} file groups, {logs} log files merged, {self.rows_written} rows"
 
 
+def _require_compactable(storage: Storage, config: TableConfig) -> None:
+    """The table's support, whatever the plan (reads only)."""
+    require_commit_maintainable(storage, config, COMPACT, "compaction")
+    if not config.populate_meta_fields:
+        raise UnsupportedTableError(
+            f"{storage.base_uri}: compaction of tables without meta fields (hoodie.populate.meta.fields="
+            "false) is not supported"
+        )
+
+
+def check_compaction(
+    storage: Storage, config: TableConfig, timeline: Timeline, inst: Instant
+) -> tuple[CompactionJob, str | None]:
+    """Everything a compaction of the pending ``inst`` needs, checked without changing anything.
+
+    The table's support (meta fields, MDT partitions a compaction keeps exact), the plan (it
+    decodes, its version), every file it names and the write schema: ``prepare_job``'s result.
+    ``execute_compaction`` calls it under the lock right before the inflight transition, and
+    ``service.spark_jobs`` before it rolls back a failed attempt, so a bad input is found before
+    anything is deleted or written, by the one check the execution itself relies on.
+    """
+    _require_compactable(storage, config)
+    plan = read_plan(timeline, inst, "compaction", CompactionPlan)
+    return prepare_job(storage, config, timeline, inst, plan)
+
+
 def prepare_job(
     storage: Storage, config: TableConfig, timeline: Timeline, inst: Instant, plan: CompactionPlan
 ) -> tuple[CompactionJob, str | None]:
@@ -326,23 +356,18 @@ def execute_compaction(
     leaves the instant inflight without a heartbeat: a failed attempt. ``progress(done, total)``
     hears of completed operations while the job runs (``executors.engine.run_operations``).
     """
-    require_commit_maintainable(storage, config, COMPACT, "compaction")
-    if not config.populate_meta_fields:
-        raise UnsupportedTableError(
-            f"{storage.base_uri}: compaction of tables without meta fields (hoodie.populate.meta.fields="
-            "false) is not supported"
-        )
+    _require_compactable(storage, config)  # first: an unsupported table says so whatever its instants
     started = time.monotonic()
     writer = TimelineWriter(storage, config, lock, time_settings=time_settings)
     heartbeat = Heartbeat(storage, instant_time, interval_ms=heartbeat_interval_ms)
     with lock:
         timeline = Timeline.load(storage, config)
-        inst, plan = pending_plan(storage, timeline, instant_time, "compaction",
-                                  lambda i: i.action is Action.COMPACTION, CompactionPlan,
-                                  heartbeat_interval_ms, tolerable_misses)
-        if plan is None:
+        inst = pending_instant(storage, timeline, instant_time, "compaction",
+                               lambda i: i.action is Action.COMPACTION, heartbeat_interval_ms,
+                               tolerable_misses)
+        if inst.is_completed:
             return CompactionResult(inst, was_completed=True)
-        job, table_schema = prepare_job(storage, config, timeline, inst, plan)
+        job, table_schema = check_compaction(storage, config, timeline, inst)
         start_attempt(writer, heartbeat, instant_time, Action.COMPACTION)
     try:
         rows = run_attempt(session, len(job.slices), job, STATS_SCHEMA, progress=progress,

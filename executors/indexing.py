@@ -103,7 +103,13 @@ from hoodied.hoodie.timeline.writer import TimelineWriter
 
 log = logging.getLogger(__name__)
 
-__all__ = ["IndexingResult", "execute_indexing", "rollback_failed_indexing"]
+__all__ = [
+    "IndexingCheck",
+    "IndexingResult",
+    "check_indexing",
+    "execute_indexing",
+    "rollback_failed_indexing",
+]
 
 RECORD_KEY = "_hoodie_record_key"
 #: Data actions whose pending instants make the indexer wait (they change keys or values).
@@ -307,6 +313,40 @@ def _completed_writes(timeline: Timeline) -> set[str]:
     return {i.requested_time for i in timeline.completed(_WRITES)}
 
 
+@dataclass(frozen=True)
+class IndexingCheck:
+    """What ``check_indexing`` found: the plan's partition, what to build and job 1 of the build."""
+
+    infos: list[IndexPartitionInfo]
+    spec: IndexSpec
+    job: _Job
+    operations: int
+
+
+def check_indexing(storage: Storage, config: TableConfig, timeline: Timeline, inst: Instant) -> IndexingCheck:
+    """Everything a build of the pending ``inst`` needs from its inputs, checked without changing anything.
+
+    The plan decodes and names one partition hoodied builds, the table supports it (version,
+    metadata table, index definition), and job 1 can be made (its columns exist, no log files
+    where hoodied reads footers only). ``service.spark_jobs`` runs it before it aborts a failed
+    attempt; ``execute_indexing`` runs its two steps (``_plan``, ``_job``) before the inflight
+    transition, with the state checks between them (a startable instant, a partition not
+    already inflight, no pending data write). Those are not inputs: a failed attempt fails them
+    until it is aborted, so only the executor makes them.
+    """
+    where = f"{storage.base_uri}/{timeline.state_file(inst, State.REQUESTED)}"
+    infos, spec = _plan(storage, config, timeline, inst, where)
+    job, operations = _job(storage, config, timeline, spec, where)
+    return IndexingCheck(infos, spec, job, operations)
+
+
+def _plan(storage: Storage, config: TableConfig, timeline: Timeline, inst: Instant,
+          where: str) -> tuple[list[IndexPartitionInfo], IndexSpec]:
+    """The plan's partition infos and what to build (one partition: ``require_indexable``)."""
+    infos = read_index_plan(timeline, inst)
+    return infos, require_indexable(storage, config, infos, where)[0]
+
+
 @dataclass
 class _Build:
     inst: Instant
@@ -330,12 +370,11 @@ def _start(storage: Storage, config: TableConfig, writer: TimelineWriter, instan
     if inst.is_completed:
         return inst
     where = f"{storage.base_uri}/{timeline.state_file(inst, State.REQUESTED)}"
-    infos = read_index_plan(timeline, inst)
-    specs = require_indexable(storage, config, infos, where)
+    # check_indexing's two steps, with the state checks between them (the order of the refusals)
+    infos, spec = _plan(storage, config, timeline, inst, where)
     require_startable(storage, inst, "indexing", interval_ms, misses)
     require_not_started(config, infos, where)
     _require_no_pending_writes(timeline, where)
-    spec = specs[0]
     job, operations = _job(storage, config, timeline, spec, where)
     mdt = open_mdt_timeline(storage, writer.lock, truetime=writer.truetime)
     init = init_instant_time(timeline, Timeline.load(mdt.storage, mdt.config))

@@ -69,7 +69,8 @@ from hoodied.executors.attempt import (
     AttemptResult,
     by_partition,
     commit_attempt,
-    pending_plan,
+    pending_instant,
+    read_plan,
     run_attempt,
     start_attempt,
 )
@@ -118,6 +119,7 @@ __all__ = [
     "STATS_SCHEMA",
     "LogCompactionJob",
     "LogCompactionResult",
+    "check_log_compaction",
     "execute_log_compaction",
     "log_compact_operation",
 ]
@@ -263,10 +265,22 @@ class LogCompactionResult(AttemptResult):
         )
 
 
-def _prepare(
-    storage: Storage, config: TableConfig, timeline: Timeline, inst: Instant, plan: CompactionPlan
+def check_log_compaction(
+    storage: Storage, config: TableConfig, timeline: Timeline, inst: Instant
 ) -> tuple[LogCompactionJob, str | None]:
+    """Everything a log compaction of the pending ``inst`` needs, checked without changing anything.
+
+    The table's support, the plan (it decodes, its compactor, version and operations), every file
+    it names and the write schema. ``execute_log_compaction`` calls it right before the inflight
+    transition and ``service.spark_jobs`` before it rolls back a failed attempt: one check for both.
+    """
+    require_log_compaction_supported(storage, config)
     where = timeline.state_files(inst).get(State.REQUESTED) or timeline.state_file(inst)
+    plan = read_plan(timeline, inst, "log compaction", CompactionPlan)
+    if plan.compactor_class_name not in (None, "", LOG_COMPACTION_COMPACTOR):
+        raise UnsupportedTableError(
+            f"{where}: plan names compactor {plan.compactor_class_name}, not {LOG_COMPACTION_COMPACTOR}"
+        )
     # The compaction executor's checks (plan version, operations, files, schema) apply as they are.
     base, table_schema = prepare_compaction_job(storage, config, timeline, inst, plan)
     slices: list[FileSlice] = []
@@ -311,23 +325,19 @@ def execute_log_compaction(
     hoodied cannot log-compact; in all these cases nothing was changed. A failing Spark job
     leaves the instant inflight without a heartbeat: a failed attempt.
     """
+    # first: an unsupported table says so whatever its instants (check_log_compaction repeats it)
     require_log_compaction_supported(storage, config)
     started = time.monotonic()
     writer = TimelineWriter(storage, config, lock, time_settings=time_settings)
     heartbeat = Heartbeat(storage, instant_time, interval_ms=heartbeat_interval_ms)
     with lock:
         timeline = Timeline.load(storage, config)
-        inst, plan = pending_plan(storage, timeline, instant_time, "log compaction",
-                                  lambda i: i.action is Action.LOG_COMPACTION, CompactionPlan,
-                                  heartbeat_interval_ms, tolerable_misses)
-        if plan is None:
+        inst = pending_instant(storage, timeline, instant_time, "log compaction",
+                               lambda i: i.action is Action.LOG_COMPACTION, heartbeat_interval_ms,
+                               tolerable_misses)
+        if inst.is_completed:
             return LogCompactionResult(inst, was_completed=True)
-        if plan.compactor_class_name not in (None, "", LOG_COMPACTION_COMPACTOR):
-            raise UnsupportedTableError(
-                f"{timeline.state_file(inst, State.REQUESTED)}: plan names compactor "
-                f"{plan.compactor_class_name}, not {LOG_COMPACTION_COMPACTOR}"
-            )
-        job, table_schema = _prepare(storage, config, timeline, inst, plan)
+        job, table_schema = check_log_compaction(storage, config, timeline, inst)
         start_attempt(writer, heartbeat, instant_time, Action.LOG_COMPACTION)
     try:
         rows = run_attempt(session, len(job.slices), job, STATS_SCHEMA, progress=progress,

@@ -10,7 +10,8 @@
 - ``recover_failed_attempt``: the one place that decides *rollback-then-retry*: a pending instant
   of a service that rewrites data (or indexing) that is inflight, or that a pending rollback
   targets, is a failed attempt and is rolled back before it runs again. Clean resumes an inflight
-  attempt itself. ``service.spark_jobs.run_spark_service`` calls it for both the CLI and the daemon.
+  attempt itself. ``service.spark_jobs.run_spark_service`` calls it for both the CLI and the daemon,
+  once the executor's input check passed (a bad plan is found before the rollback deletes anything).
 - ``execute_pending``: ``hoodied execute``: run pending cleans (``executors.clean``) and hand
   the instants of other services to their runners (the Spark services:
   ``service.spark_jobs.SparkRunner``); report every other pending instant, left untouched.

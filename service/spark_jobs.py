@@ -9,10 +9,18 @@ runs no Spark job (``hoodied --help``, ``inspect``, a poll-only daemon) never im
 ``run_spark_service`` is what both ``hoodied execute`` (through ``SparkRunner``) and the daemon
 (``service.daemon.registry``) call for a pending instant:
 
-1. a failed attempt is rolled back first (``service.operations.recover_failed_attempt``, the one
+1. the pending instant's inputs are checked before anything is changed, by the executor's own
+   check (``SparkService.check``: ``check_compaction``, ``check_log_compaction``,
+   ``check_clustering``, ``check_indexing``, which the executor calls again right before its
+   inflight transition): the plan decodes and is supported, the table is supported, every file
+   the plan reads exists, the schemas resolve. A failure raises its typed error
+   (``HoodieFormatError``, ``UnsupportedTableError``) with the table as it was: a failed attempt
+   of a corrupt plan is not rolled back, so nothing of it is deleted before the table is
+   quarantined;
+2. a failed attempt is rolled back (``service.operations.recover_failed_attempt``, the one
    owner of that decision: an inflight instant, or one a pending rollback targets, unless its
    heartbeat is alive; an ``indexing`` attempt is aborted instead);
-2. the instant is executed from its unchanged plan.
+3. the instant is executed from its unchanged plan.
 
 A live attempt (fresh heartbeat) is left alone: ``InstantStateError``. The completed instant
 keeps Hudi's names: a compaction completes as ``commit``, a log compaction as ``deltacommit``,
@@ -39,7 +47,7 @@ from hoodied.hoodie.actions.services import TableService, service_of
 from hoodied.hoodie.errors import InstantStateError, UnsupportedTableError
 from hoodied.hoodie.heartbeat import DEFAULT_INTERVAL_MS, DEFAULT_TOLERABLE_MISSES
 from hoodied.hoodie.locks import TableLock
-from hoodied.hoodie.properties import load_table_config
+from hoodied.hoodie.properties import TableConfig, load_table_config
 from hoodied.hoodie.storage import Storage
 from hoodied.hoodie.timeline.active import Timeline
 from hoodied.hoodie.timeline.instant import Action, Instant
@@ -52,6 +60,7 @@ if TYPE_CHECKING:  # the executors import pyspark: types only
 __all__ = [
     "ENGINE_MODULE",
     "SPARK_SERVICES",
+    "InputCheck",
     "Progress",
     "ServiceResult",
     "SparkEngine",
@@ -60,6 +69,9 @@ __all__ = [
     "run_compaction",
     "run_spark_service",
 ]
+
+#: ``check(storage, config, timeline, instant)``: an executor's input check (``SparkService.check``).
+InputCheck = Callable[[Storage, TableConfig, Timeline, Instant], object]
 
 #: ``progress(done, total)``: operations of the job completed so far (``executors.engine.Progress``).
 Progress = Callable[[int, int], None]
@@ -76,11 +88,14 @@ class ServiceResult(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class SparkService:
-    """A Spark table service and where its executor function is (imported by name when a job runs)."""
+    """A Spark table service and where its executor function and its input check are (imported by
+    name when a job runs). ``check(storage, config, timeline, instant)`` changes nothing and
+    raises what the executor would raise for the same inputs."""
 
     name: TableService
     module: str
     function: str
+    checker: str
 
     @property
     def action(self) -> Action:
@@ -92,14 +107,20 @@ class SparkService:
         return importlib.util.find_spec(self.module) is not None
 
     def executor(self) -> Callable[..., ServiceResult]:
+        fn: Callable[..., ServiceResult] = getattr(self._module(), self.function)
+        return fn
+
+    def check(self) -> InputCheck:
+        fn: InputCheck = getattr(self._module(), self.checker)
+        return fn
+
+    def _module(self) -> Any:
         try:
-            module = importlib.import_module(self.module)
+            return importlib.import_module(self.module)
         except ModuleNotFoundError as exc:
             if exc.name != self.module:
                 raise
             raise UnsupportedTableError(f"{self.name}: no executor in this build of hoodied") from None
-        fn: Callable[..., ServiceResult] = getattr(module, self.function)
-        return fn
 
 
 #: The module that starts Spark sessions (``executors.engine.spark_session``).
@@ -108,12 +129,14 @@ ENGINE_MODULE = "hoodied.executors.engine"
 SPARK_SERVICES: dict[TableService, SparkService] = {
     s.name: s
     for s in (
-        SparkService(TableService.COMPACTION, "hoodied.executors.compaction", "execute_compaction"),
-        SparkService(
-            TableService.LOG_COMPACTION, "hoodied.executors.log_compaction", "execute_log_compaction"
-        ),
-        SparkService(TableService.CLUSTERING, "hoodied.executors.clustering", "execute_clustering"),
-        SparkService(TableService.INDEXING, "hoodied.executors.indexing", "execute_indexing"),
+        SparkService(TableService.COMPACTION, "hoodied.executors.compaction", "execute_compaction",
+                     "check_compaction"),
+        SparkService(TableService.LOG_COMPACTION, "hoodied.executors.log_compaction",
+                     "execute_log_compaction", "check_log_compaction"),
+        SparkService(TableService.CLUSTERING, "hoodied.executors.clustering", "execute_clustering",
+                     "check_clustering"),
+        SparkService(TableService.INDEXING, "hoodied.executors.indexing", "execute_indexing",
+                     "check_indexing"),
     )
 }
 
@@ -131,7 +154,8 @@ def run_spark_service(
     force: bool = False,
     progress: Progress | None = None,
 ) -> ServiceResult:
-    """Execute the pending Spark service ``instant_time``, rolling back a failed attempt first.
+    """Execute the pending Spark service ``instant_time``: check its inputs, roll back a failed
+    attempt, run it (the module docstring's steps).
 
     ``service`` (a key of ``SPARK_SERVICES``) is checked against the instant when given, else
     taken from it. ``force`` rolls back an inflight attempt even when
@@ -147,11 +171,16 @@ def run_spark_service(
             f"{storage.base_uri}: no {what} instant {instant_time} on the active timeline"
         )
     assert found is not None
+    spark_service = SPARK_SERVICES[found]
+    if inst.is_pending:
+        # before the rollback of a failed attempt, the first step that deletes anything: a bad
+        # input must leave the table exactly as it was (the daemon quarantines it)
+        spark_service.check()(storage, config, timeline, inst)
     recover_failed_attempt(
         storage, timeline, inst, found, lock, force=force, heartbeat_interval_ms=heartbeat_interval_ms,
         tolerable_misses=tolerable_misses, time_settings=time_settings,
     )
-    return SPARK_SERVICES[found].executor()(
+    return spark_service.executor()(
         storage, config, lock, instant_time, session, time_settings=time_settings,
         heartbeat_interval_ms=heartbeat_interval_ms, tolerable_misses=tolerable_misses, progress=progress,
     )

@@ -66,6 +66,9 @@ def test_every_spark_service_has_its_action_and_an_executor_with_the_compaction_
         got = inspect.signature(spec.executor()).parameters
         assert list(got)[:5] == list(want)[:5], name
         assert {"time_settings", "heartbeat_interval_ms", "tolerable_misses", "progress"} <= set(got), name
+        # the input check run before any rollback: (storage, config, timeline, instant)
+        assert list(inspect.signature(spec.check()).parameters)[:4] == [
+            "storage", "config", "timeline", "inst"], name
         executor = registry.executor_for(spec.action)
         assert executor is not None, name
         assert not executor.resumes_inflight  # rolled back first
@@ -74,10 +77,13 @@ def test_every_spark_service_has_its_action_and_an_executor_with_the_compaction_
 
 
 def test_an_executor_that_is_not_installed_is_unsupported_not_a_crash() -> None:
-    missing = SparkService(TableService.CLUSTERING, "hoodied.executors.no_such_service", "execute_clustering")
+    missing = SparkService(TableService.CLUSTERING, "hoodied.executors.no_such_service", "execute_clustering",
+                           "check_clustering")
     assert not missing.available()
     with pytest.raises(UnsupportedTableError, match="clustering: no executor in this build"):
         missing.executor()
+    with pytest.raises(UnsupportedTableError, match="clustering: no executor in this build"):
+        missing.check()
 
 
 def test_the_runner_refuses_an_instant_of_another_service_and_changes_nothing(hudi_table) -> None:
