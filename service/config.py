@@ -307,8 +307,13 @@ def _deep_merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, A
 
 
 def _normalise_location(value: str) -> str:
-    """Local paths become absolute; ``file://`` URIs stay as they are."""
+    """Local paths become absolute; ``file://`` URIs stay as they are. The daemon does not serve
+    tables on object stores yet (only the read commands open them), so their URIs are refused here,
+    at start-up, rather than failing on the first poll."""
     if "://" in value:
+        if not value.startswith("file://"):
+            raise ValueError(f"{value}: the daemon serves tables on local file systems only for now "
+                             "(file:// or a path)")
         return value.rstrip("/") or value
     return os.path.abspath(os.path.expanduser(value))
 

@@ -24,11 +24,12 @@ from __future__ import annotations
 import os
 import random
 from typing import Any
+from urllib.parse import unquote, urlparse
 
 import pyarrow as pa
 
 from hoodied.hoodie.demo.writer import TableSpec, create_table
-from hoodied.hoodie.errors import HoodieServiceError
+from hoodied.hoodie.errors import HoodieServiceError, UnsupportedTableError
 from hoodied.hoodie.properties import TableType
 from hoodied.hoodie.storage import LocalStorage
 
@@ -70,6 +71,11 @@ def _corrected(rows: list[dict[str, Any]], ts: int, rng: random.Random) -> list[
 
 def create_demo_table(path: str) -> dict[str, Any]:
     """Create the demo table at ``path`` (a new or empty folder); returns a summary of what was written."""
+    parsed = urlparse(path)
+    if parsed.scheme == "file":
+        path = unquote(parsed.path)
+    elif "://" in path:  # never a local folder named after the scheme
+        raise UnsupportedTableError(f"{path}: the demo table is created in a local folder (a path or file://)")
     os.makedirs(path, exist_ok=True)
     storage = LocalStorage(path)
     if storage.exists(".hoodie"):

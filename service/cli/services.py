@@ -28,7 +28,7 @@ from hoodied.hoodie.timeline.instant import require_instant_time
 from hoodied.hoodie.timeline.truetime import TimeSettings
 from hoodied.service.cli.options import lock_options, parse_key_values, terminal_progress
 from hoodied.service.locks import lock_from_option
-from hoodied.service.operations import execute_pending, rollback_failed_attempt
+from hoodied.service.operations import execute_pending, require_local_table, rollback_failed_attempt
 from hoodied.service.spark_jobs import SPARK_SERVICES, SparkRunner
 
 __all__ = ["execute", "rollback"]
@@ -55,6 +55,7 @@ def rollback(
     (its metadata-table partition is dropped). The service is then requested again with its
     unchanged plan."""
     require_instant_time(instant_time)
+    require_local_table(table, "rollback")
     storage = storage_for(table)
     settings = LockSettings(wait_ms=lock_wait_ms, retries=lock_retries)
     lock, factory = lock_from_option(lock_option, storage, settings)
@@ -100,6 +101,7 @@ def execute(table: str, instant_time: str | None, parallelism: int, heartbeat_in
     if instant_time is not None:
         require_instant_time(instant_time)
     spark_settings = parse_key_values(spark_conf, "--spark-conf")
+    require_local_table(table, "execute")
     storage = storage_for(table)
     settings = LockSettings(wait_ms=lock_wait_ms, retries=lock_retries)
     lock, factory = lock_from_option(lock_option, storage, settings)
