@@ -67,6 +67,7 @@ __all__ = [
     "RedisLockFactory",
     "RedisTableLock",
     "lock_from_option",
+    "redacted_url",
 ]
 
 T = TypeVar("T")
@@ -139,16 +140,16 @@ class RedisLockFactory:
         self.url = url
         self.settings = settings or LockSettings()
         self.socket_timeout_s = socket_timeout_ms / 1000
-        self._loop = _LoopThread(f"hoodied-redis-lock {_safe_url(url)}")
+        self._loop = _LoopThread(f"hoodied-redis-lock {redacted_url(url)}")
         self._client: aioredis.Redis | None = None
         self._closed = False
 
     def __repr__(self) -> str:
-        return f"RedisLockFactory({_safe_url(self.url)!r})"
+        return f"RedisLockFactory({redacted_url(self.url)!r})"
 
     @property
     def where(self) -> str:
-        return _safe_url(self.url)
+        return redacted_url(self.url)
 
     def lock(self, base_uri: str, settings: LockSettings | None = None) -> RedisTableLock:
         """The lock of the table at ``base_uri`` (not yet acquired)."""
@@ -202,8 +203,8 @@ class RedisLockFactory:
         self.close()
 
 
-def _safe_url(url: str) -> str:
-    """The URL without a password, for messages and thread names."""
+def redacted_url(url: str) -> str:
+    """The URL with its password masked (``***``): for messages, thread names and shown settings."""
     p = urlparse(url)
     if p.password:
         netloc = f"{p.username or ''}:***@{p.hostname}" + (f":{p.port}" if p.port else "")

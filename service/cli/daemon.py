@@ -27,6 +27,7 @@ import yaml
 from click.core import ParameterSource
 
 from hoodied.service.config import ConfigError, DaemonConfig, load_config
+from hoodied.service.locks import redacted_url
 from hoodied.service.logs import configure_logging
 
 __all__ = ["COMMANDS", "config", "render_status", "run", "status"]
@@ -243,11 +244,13 @@ def config_check(file: str, show: bool) -> None:
         _config_failed(exc)
         return
     if show:
-        click.echo(yaml.safe_dump(settings.model_dump(mode="json"), sort_keys=False).rstrip())
+        shown = settings.model_dump(mode="json")
+        shown["lock"]["url"] = redacted_url(settings.lock.url)  # a password is never shown
+        click.echo(yaml.safe_dump(shown, sort_keys=False).rstrip())
         return
     http = settings.http.address or "off"
     click.echo(f"{file}: ok: {len(settings.tables)} tables, {len(settings.discover)} discover roots, "
-               f"lock {settings.lock.url}, http {http}, {settings.concurrency.workers} workers")
+               f"lock {redacted_url(settings.lock.url)}, http {http}, {settings.concurrency.workers} workers")
 
 
 #: Commands for ``service.cli.main`` to add to its group.

@@ -348,3 +348,20 @@ def test_inspect_reports_metadata_table_upkeep(shared_table) -> None:
     }
     code, text, _ = run("inspect", str(table))
     assert "metadata upkeep last compaction 20251220210130942, 0 delta commits since" in text
+
+
+@pytest.mark.parametrize("source", ["file", "environment"])
+def test_config_check_never_shows_the_redis_password(
+    source: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url = "redis://hoodied:s3cr3t-pa55@127.0.0.1:6379/0"
+    settings = tmp_path / "hoodied.yaml"
+    if source == "file":
+        settings.write_text(f"lock:\n  url: {url}\n")
+    else:
+        settings.write_text("concurrency:\n  workers: 2\n")
+        monkeypatch.setenv("HOODIED_LOCK__URL", url)
+    for extra in ([], ["--print"]):
+        code, out, err = run("config", "check", *extra, str(settings))
+        assert code == 0, err
+        assert "s3cr3t" not in out + err and "redis://hoodied:***@127.0.0.1:6379/0" in out
