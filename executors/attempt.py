@@ -29,11 +29,11 @@ from pyspark.sql import SparkSession
 
 from hoodied.executors.engine import OperationTask, Progress, run_operations
 from hoodied.hoodie.crashpoints import crash_point
-from hoodied.hoodie.errors import HoodieFormatError, InstantStateError
+from hoodied.hoodie.errors import HoodieFormatError, InstantStateError, UnsupportedTableError
 from hoodied.hoodie.heartbeat import Heartbeat, require_startable
 from hoodied.hoodie.locks import TableLock
 from hoodied.hoodie.markers import WriteMarkers
-from hoodied.hoodie.metadata.commit import write_commit_to_metadata_table
+from hoodied.hoodie.metadata.commit import require_commit_maintainable, write_commit_to_metadata_table
 from hoodied.hoodie.metadata.encode import MetadataRecord
 from hoodied.hoodie.properties import TableConfig
 from hoodied.hoodie.storage import Storage
@@ -43,6 +43,7 @@ from hoodied.hoodie.timeline.truetime import TimeSettings
 from hoodied.hoodie.timeline.writer import TimelineWriter
 
 __all__ = [
+    "require_rewritable",
     "AttemptResult",
     "by_partition",
     "commit_attempt",
@@ -198,3 +199,15 @@ def commit_attempt(
         lock.ensure_held()
         result.instant = writer.complete(instant_time, action, encode(metadata, config.version))
     WriteMarkers(storage, instant_time).delete_all()
+
+
+def require_rewritable(storage: Storage, config: TableConfig, operation: str, service: str) -> None:
+    """The table's support for a service that rewrites data files, whatever the plan (reads only):
+    the metadata-table partitions its commit keeps exact (``operation``: Hudi's operation type),
+    and the meta fields the rewritten files carry over."""
+    require_commit_maintainable(storage, config, operation, service)
+    if not config.populate_meta_fields:
+        raise UnsupportedTableError(
+            f"{storage.base_uri}: {service} of tables without meta fields (hoodie.populate.meta.fields="
+            "false) is not supported"
+        )

@@ -72,6 +72,7 @@ from hoodied.executors.attempt import (
     commit_attempt,
     pending_instant,
     read_plan,
+    require_rewritable,
     run_attempt,
     start_attempt,
 )
@@ -104,7 +105,7 @@ from hoodied.hoodie.heartbeat import (
 from hoodied.hoodie.locks import TableLock
 from hoodied.hoodie.markers import IOType, WriteMarkers
 from hoodied.hoodie.merge import MergeSpec
-from hoodied.hoodie.metadata.commit import CLUSTER, require_commit_maintainable
+from hoodied.hoodie.metadata.commit import CLUSTER
 from hoodied.hoodie.metadata.encode import RECORD_INDEX, MetadataRow
 from hoodied.hoodie.plan_files import operation_slice
 from hoodied.hoodie.properties import TableConfig
@@ -372,15 +373,6 @@ def _check_sort_columns(columns: tuple[str, ...], schema: pa.Schema, where: str)
             raise UnsupportedTableError(f"{where}: sort column {c!r} has type {t}, which cannot be sorted")
 
 
-def _require_clusterable(storage: Storage, config: TableConfig) -> None:
-    """The table's support, whatever the plan (reads only)."""
-    require_commit_maintainable(storage, config, CLUSTER, "clustering")
-    if not config.populate_meta_fields:
-        raise UnsupportedTableError(
-            f"{storage.base_uri}: clustering of tables without meta fields (hoodie.populate.meta.fields="
-            "false) is not supported"
-        )
-
 
 def check_clustering(
     storage: Storage, config: TableConfig, timeline: Timeline, inst: Instant,
@@ -395,7 +387,7 @@ def check_clustering(
     conflict (``require_no_conflict``) is not a bad input: the attempt is rolled back and the
     executor refuses it then.
     """
-    _require_clusterable(storage, config)
+    require_rewritable(storage, config, CLUSTER, "clustering")
     plan = read_plan(timeline, inst, "clustering", ClusteringPlan)
     job, table_schema = prepare_job(storage, config, timeline, inst, plan, row_group_rows=row_group_rows)
     return plan, job, table_schema
@@ -493,7 +485,8 @@ def execute_clustering(
     a failed attempt that rollback-then-retry recovers. ``progress(done, total)`` hears of
     completed groups while the job runs.
     """
-    _require_clusterable(storage, config)  # first: an unsupported table says so whatever its instants
+    # first: an unsupported table says so whatever its instants
+    require_rewritable(storage, config, CLUSTER, "clustering")
     started = time.monotonic()
     writer = TimelineWriter(storage, config, lock, time_settings=time_settings)
     heartbeat = Heartbeat(storage, instant_time, interval_ms=heartbeat_interval_ms)

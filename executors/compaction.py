@@ -68,6 +68,7 @@ from hoodied.executors.attempt import (
     commit_attempt,
     pending_instant,
     read_plan,
+    require_rewritable,
     run_attempt,
     start_attempt,
 )
@@ -91,7 +92,7 @@ from hoodied.hoodie.locks import TableLock
 from hoodied.hoodie.log import BlockType, delete_block_records, is_rollback_command, read_log_blocks
 from hoodied.hoodie.markers import IOType, WriteMarkers
 from hoodied.hoodie.merge import MergeSpec
-from hoodied.hoodie.metadata.commit import COMPACT, require_commit_maintainable
+from hoodied.hoodie.metadata.commit import COMPACT
 from hoodied.hoodie.plan_files import operation_slice
 from hoodied.hoodie.properties import TableConfig
 from hoodied.hoodie.reader import read_file_slice
@@ -250,15 +251,6 @@ class CompactionResult(AttemptResult):
         return f"{len(self.write_stats)} file groups, {logs} log files merged, {self.rows_written} rows"
 
 
-def _require_compactable(storage: Storage, config: TableConfig) -> None:
-    """The table's support, whatever the plan (reads only)."""
-    require_commit_maintainable(storage, config, COMPACT, "compaction")
-    if not config.populate_meta_fields:
-        raise UnsupportedTableError(
-            f"{storage.base_uri}: compaction of tables without meta fields (hoodie.populate.meta.fields="
-            "false) is not supported"
-        )
-
 
 def check_compaction(
     storage: Storage, config: TableConfig, timeline: Timeline, inst: Instant
@@ -271,7 +263,7 @@ def check_compaction(
     ``service.spark_jobs`` before it rolls back a failed attempt, so a bad input is found before
     anything is deleted or written, by the one check the execution itself relies on.
     """
-    _require_compactable(storage, config)
+    require_rewritable(storage, config, COMPACT, "compaction")
     plan = read_plan(timeline, inst, "compaction", CompactionPlan)
     return prepare_job(storage, config, timeline, inst, plan)
 
@@ -356,7 +348,8 @@ def execute_compaction(
     leaves the instant inflight without a heartbeat: a failed attempt. ``progress(done, total)``
     hears of completed operations while the job runs (``executors.engine.run_operations``).
     """
-    _require_compactable(storage, config)  # first: an unsupported table says so whatever its instants
+    # first: an unsupported table says so whatever its instants
+    require_rewritable(storage, config, COMPACT, "compaction")
     started = time.monotonic()
     writer = TimelineWriter(storage, config, lock, time_settings=time_settings)
     heartbeat = Heartbeat(storage, instant_time, interval_ms=heartbeat_interval_ms)

@@ -80,13 +80,26 @@ class PlanPath:
     relative: str | None
 
 
+#: Schemes Hadoop's S3 connectors use for one and the same bucket (a table written by a Spark
+#: job through ``s3a://`` and opened here as ``s3://`` is one table).
+_S3_SCHEMES = ("s3a://", "s3n://")
+
+
+def _same_bucket_form(uri: str) -> str:
+    for scheme in _S3_SCHEMES:
+        if uri.startswith(scheme):
+            return "s3://" + uri[len(scheme):]
+    return uri
+
+
 def locate(storage: Storage, planned: str) -> PlanPath:
     """Where a plan's path points: under this table's base path, relative to it, or elsewhere."""
     path = strip_file_scheme(planned)
     if not path.startswith("/") and "://" not in path:
         return PlanPath(path, False, path)
-    base = strip_file_scheme(storage.base_uri).rstrip("/")
-    inside = path[len(base) + 1:] if path.startswith(base + "/") else None
+    base = _same_bucket_form(strip_file_scheme(storage.base_uri).rstrip("/"))
+    compared = _same_bucket_form(path)
+    inside = compared[len(base) + 1:] if compared.startswith(base + "/") else None
     return PlanPath(path, True, inside)
 
 
