@@ -109,6 +109,8 @@ def cli(ctx: click.Context, debug: bool, log_format: str) -> None:
     """hoodied runs the table services of Apache Hudi tables.
 
     TABLE arguments are a local path or a file:// URI of a Hudi table (table versions 6, 8, 9).
+    timeline, inspect and read also take tables on object stores (s3://, s3a://, gs://, az://,
+    abfs://, abfss://), with credentials from the standard environment (AWS_*, GOOGLE_*, AZURE_*).
     """
     ctx.ensure_object(dict)
     ctx.obj["debug"] = debug
