@@ -1,5 +1,8 @@
-"""Executing the file deletions of a ``HoodieRollbackPlan``, for the data table and its MDT.
+"""The files of a ``HoodieRollbackPlan``, for the data table and its MDT: planning and deleting them.
 
+``rollback_plan`` writes the plan of the files an instant wrote (one rollback request per file
+group, full paths as Hudi names them), whoever found those files (markers or a listing for a
+data-table attempt, a listing for an MDT delta commit).
 A rollback plan names full paths (``/base/p/f``, ``file:/base/p/f``, ``file:///base/p/f``) per
 rollback request. ``delete_planned_files`` turns each into a path inside the table
 (``hoodie.plan_files.plan_relative_path``, which refuses any that leaves it), deletes it (a file
@@ -11,18 +14,61 @@ that record. Plans with ``logBlocksToBeDeleted`` (table version 6 command blocks
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from hoodied.hoodie.errors import UnsupportedTableError
+from hoodied.hoodie.filenames import BaseFileName, LogFileName
 from hoodied.hoodie.locks import TableLock
-from hoodied.hoodie.plan_files import plan_relative_path
+from hoodied.hoodie.plan_files import plan_path, plan_relative_path
 from hoodied.hoodie.storage import Storage
+from hoodied.hoodie.timeline.instant import Instant
 
-__all__ = ["ROLLBACK_METADATA_VERSION", "DeletedFiles", "delete_planned_files", "rollback_metadata"]
+__all__ = [
+    "ROLLBACK_METADATA_VERSION",
+    "ROLLBACK_PLAN_VERSION",
+    "DeletedFiles",
+    "delete_planned_files",
+    "rollback_metadata",
+    "rollback_plan",
+]
 
 #: ``HoodieRollbackMetadata.version`` as Hudi 1.x writes it.
 ROLLBACK_METADATA_VERSION = 1
+#: ``LATEST_ROLLBACK_PLAN_VERSION``.
+ROLLBACK_PLAN_VERSION = 1
+
+
+def _file_id(rel: str) -> str:
+    name = rel.rsplit("/", 1)[-1]
+    base = BaseFileName.parse(name)
+    if base is not None:
+        return base.file_id
+    log_name = LogFileName.parse(name)
+    return log_name.file_id if log_name is not None else ""
+
+
+def rollback_plan(storage: Storage, target: Instant, files: Mapping[str, Iterable[str]]) -> dict[str, Any]:
+    """The ``HoodieRollbackPlan`` deleting ``files`` (partition -> table-relative paths) of ``target``."""
+    requests: list[dict[str, Any]] = []
+    for partition in sorted(files):
+        by_group: dict[str, list[str]] = {}
+        for rel in sorted(set(files[partition])):
+            by_group.setdefault(_file_id(rel), []).append(rel)
+        for file_id, rels in sorted(by_group.items()):
+            requests.append({
+                "partitionPath": partition,
+                "fileId": file_id,
+                "latestBaseInstant": target.requested_time,
+                "filesToBeDeleted": [plan_path(storage, r) for r in rels],
+                "logBlocksToBeDeleted": {},
+            })
+    return {
+        "instantToRollback": {"commitTime": target.requested_time, "action": target.action.value},
+        "RollbackRequests": requests,
+        "version": ROLLBACK_PLAN_VERSION,
+    }
 
 
 @dataclass(slots=True)

@@ -46,8 +46,8 @@ from hoodied.hoodie.heartbeat import (
 )
 from hoodied.hoodie.markers import IOType, WriteMarkers
 from hoodied.hoodie.metadata.rollback import check_data_rollback
-from hoodied.hoodie.plan_files import plan_path
 from hoodied.hoodie.properties import TableConfig
+from hoodied.hoodie.rollback_files import ROLLBACK_PLAN_VERSION, rollback_plan
 from hoodied.hoodie.storage import Storage
 from hoodied.hoodie.timeline.active import Timeline
 from hoodied.hoodie.timeline.instant import Action, Instant, State
@@ -66,8 +66,6 @@ __all__ = [
     "schedule_rollback",
 ]
 
-#: ``LATEST_ROLLBACK_PLAN_VERSION``.
-ROLLBACK_PLAN_VERSION = 1
 
 @dataclass(frozen=True, slots=True)
 class FailedAttempt:
@@ -152,14 +150,6 @@ def _rel(partition: str, name: str) -> str:
     return f"{partition}/{name}" if partition else name
 
 
-def _file_id(name: str) -> str:
-    base = BaseFileName.parse(name)
-    if base is not None:
-        return base.file_id
-    log_name = LogFileName.parse(name)
-    return log_name.file_id if log_name is not None else ""
-
-
 def plan_rollback(
     storage: Storage, config: TableConfig, timeline: Timeline, target: Instant
 ) -> dict[str, Any]:
@@ -173,27 +163,7 @@ def plan_rollback(
             f"{target.requested_time}: rolling back a {target.action.value} (a regular write) is not "
             "supported; hoodied rolls back table services only"
         )
-    files = _attempt_files(storage, config, target)
-    requests: list[dict[str, Any]] = []
-    for partition in sorted(files):
-        by_group: dict[str, list[str]] = {}
-        for rel in sorted(set(files[partition])):
-            by_group.setdefault(_file_id(rel.rsplit("/", 1)[-1]), []).append(rel)
-        for file_id, rels in sorted(by_group.items()):
-            requests.append(
-                {
-                    "partitionPath": partition,
-                    "fileId": file_id,
-                    "latestBaseInstant": target.requested_time,
-                    "filesToBeDeleted": [plan_path(storage, r) for r in rels],
-                    "logBlocksToBeDeleted": {},
-                }
-            )
-    return {
-        "instantToRollback": {"commitTime": target.requested_time, "action": target.action.value},
-        "RollbackRequests": requests,
-        "version": ROLLBACK_PLAN_VERSION,
-    }
+    return rollback_plan(storage, target, _attempt_files(storage, config, target))
 
 
 def schedule_rollback(writer: TimelineWriter, timeline: Timeline, target: Instant) -> Instant:

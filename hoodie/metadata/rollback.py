@@ -47,9 +47,8 @@ from hoodied.hoodie.errors import HoodieFormatError, InstantStateError, Unsuppor
 from hoodied.hoodie.filenames import BaseFileName, LogFileName
 from hoodied.hoodie.locks import TableLock
 from hoodied.hoodie.metadata.reader import METADATA_FOLDER, metadata_table_in_use
-from hoodied.hoodie.plan_files import plan_path
 from hoodied.hoodie.properties import TableConfig, load_table_config
-from hoodied.hoodie.rollback_files import delete_planned_files, rollback_metadata
+from hoodied.hoodie.rollback_files import delete_planned_files, rollback_metadata, rollback_plan
 from hoodied.hoodie.storage import Storage
 from hoodied.hoodie.timeline.active import Timeline
 from hoodied.hoodie.timeline.instant import Action, Instant, State
@@ -71,8 +70,6 @@ __all__ = [
     "rollback_mdt_for_data_rollback",
 ]
 
-#: ``LATEST_ROLLBACK_PLAN_VERSION``.
-ROLLBACK_PLAN_VERSION = 1
 _COMPACTION_ACTIONS = (Action.COMPACTION, Action.COMMIT)
 
 Pause = Callable[[str], None]
@@ -163,36 +160,9 @@ def _files_of(storage: Storage, target_time: str) -> dict[str, list[str]]:
     return out
 
 
-def _file_id(rel: str) -> str:
-    name = rel.rsplit("/", 1)[-1]
-    base = BaseFileName.parse(name)
-    if base is not None:
-        return base.file_id
-    log_name = LogFileName.parse(name)
-    return log_name.file_id if log_name is not None else ""
-
-
 def plan_mdt_rollback(storage: Storage, target: Instant) -> dict[str, Any]:
     """The ``HoodieRollbackPlan`` deleting every MDT file the delta commit ``target`` wrote."""
-    requests: list[dict[str, Any]] = []
-    files = _files_of(storage, target.requested_time)
-    for partition in sorted(files):
-        by_group: dict[str, list[str]] = {}
-        for rel in sorted(files[partition]):
-            by_group.setdefault(_file_id(rel), []).append(rel)
-        for file_id, rels in sorted(by_group.items()):
-            requests.append({
-                "partitionPath": partition,
-                "fileId": file_id,
-                "latestBaseInstant": target.requested_time,
-                "filesToBeDeleted": [plan_path(storage, r) for r in rels],
-                "logBlocksToBeDeleted": {},
-            })
-    return {
-        "instantToRollback": {"commitTime": target.requested_time, "action": target.action.value},
-        "RollbackRequests": requests,
-        "version": ROLLBACK_PLAN_VERSION,
-    }
+    return rollback_plan(storage, target, _files_of(storage, target.requested_time))
 
 
 def rollback_mdt_deltacommit(
