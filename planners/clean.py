@@ -55,7 +55,7 @@ from hoodied.hoodie.metadata.clean import require_clean_maintainable
 from hoodied.hoodie.properties import TableConfig, load_table_config
 from hoodied.hoodie.storage import Storage
 from hoodied.hoodie.timeline.active import Timeline, datetime_to_instant_time
-from hoodied.hoodie.timeline.instant import WRITE_ACTIONS, Action, Instant
+from hoodied.hoodie.timeline.instant import WRITE_ACTIONS, Action, Instant, latest_commits_to_retain
 from hoodied.hoodie.timeline.plans import ClusteringPlan, CompactionPlan
 from hoodied.hoodie.timeline.truetime import TimeSettings
 from hoodied.hoodie.timeline.writer import TimelineWriter
@@ -144,15 +144,7 @@ def earliest_commit_to_retain(
     writes = _writes(timeline)
     completed = [i for i in writes if i.is_completed]
     if settings.policy is CleanPolicy.KEEP_LATEST_COMMITS:
-        n = settings.commits_retained
-        if len(completed) <= n:
-            return None
-        nth = completed[len(completed) - n]
-        pending = [i for i in writes if i.is_pending]
-        if pending and nth.requested_time > pending[0].requested_time:
-            before = [i for i in completed if i.requested_time < pending[0].requested_time]
-            return before[-1] if before else None
-        return nth
+        return latest_commits_to_retain(writes, settings.commits_retained)
     if settings.policy is CleanPolicy.KEEP_LATEST_BY_HOURS:
         tz = config.tzinfo
         moment = (now or datetime.now(tz)) - timedelta(hours=settings.hours_retained)

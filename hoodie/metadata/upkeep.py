@@ -45,7 +45,7 @@ from hoodied.hoodie.plan_files import plan_path, plan_relative_path
 from hoodied.hoodie.properties import TableConfig
 from hoodied.hoodie.storage import Storage
 from hoodied.hoodie.timeline.active import Timeline
-from hoodied.hoodie.timeline.instant import Action, Instant
+from hoodied.hoodie.timeline.instant import Action, Instant, latest_commits_to_retain
 from hoodied.hoodie.timeline.writer import TimelineWriter
 
 log = logging.getLogger(__name__)
@@ -75,16 +75,7 @@ class UpkeepResult:
 
 
 def _ectr(timeline: Timeline, retained: int) -> Instant | None:
-    writes = [i for i in timeline.instants if i.action in _WRITES]
-    completed = [i for i in writes if i.is_completed]
-    if len(completed) <= retained:
-        return None
-    nth = completed[len(completed) - retained]
-    pending = [i for i in writes if i.is_pending]
-    if pending and nth.requested_time > pending[0].requested_time:
-        before = [i for i in completed if i.requested_time < pending[0].requested_time]
-        return before[-1] if before else None
-    return nth
+    return latest_commits_to_retain([i for i in timeline.instants if i.action in _WRITES], retained)
 
 
 def _doomed(group: FileGroup, ectr: str) -> list[str]:

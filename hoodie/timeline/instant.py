@@ -17,6 +17,7 @@ is their one parser and formatter (``instant_time_to_datetime``, ``datetime_to_i
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, tzinfo
 from enum import StrEnum
@@ -34,6 +35,7 @@ __all__ = [
     "instant_time_to_datetime",
     "instant_time_to_epoch_ms",
     "is_instant_time",
+    "latest_commits_to_retain",
     "normalize_time",
     "parse_instant_file_name",
     "require_instant_time",
@@ -217,3 +219,22 @@ def require_instant_time(value: str, what: str = "instant") -> str:
     if not is_instant_time(value):
         raise HoodieFormatError(f"{value!r}: not a valid {what} time (expected 17 digits, yyyyMMddHHmmssSSS)")
     return value
+
+
+def latest_commits_to_retain(writes: Sequence[Instant], retained: int) -> Instant | None:
+    """The earliest commit to retain of a KEEP_LATEST_COMMITS clean keeping ``retained`` commits.
+
+    ``writes``: the write instants, completed and pending, in requested-time order. The
+    ``retained``-th latest completed one, but never one after the earliest pending write (its
+    files must stay readable): then the last completed one before it (Hudi's
+    ``CleanerUtils.getEarliestCommitToRetain``). ``None`` when nothing falls outside retention.
+    """
+    completed = [i for i in writes if i.is_completed]
+    if len(completed) <= retained:
+        return None
+    nth = completed[len(completed) - retained]
+    pending = [i for i in writes if i.is_pending]
+    if pending and nth.requested_time > pending[0].requested_time:
+        before = [i for i in completed if i.requested_time < pending[0].requested_time]
+        return before[-1] if before else None
+    return nth
