@@ -13,8 +13,10 @@ A log compaction's failed attempt (its inflight file without a heartbeat) whose 
 log file that is gone is refused the same way.
 
 A clustering attempt (the v9 fixture's completed clustering reopened as a failed attempt: its
-completion and output files gone) gets the same treatment with a corrupt plan and an execution
-strategy hoodied does not run.
+completion and output files gone) gets the same treatment with a corrupt plan, an execution
+strategy hoodied does not run and an input base file that is gone; so does a failed indexing
+attempt (the v8 fixture's indexing derived pending, its inflight file written) with a corrupt plan,
+which must not be aborted.
 """
 
 from __future__ import annotations
@@ -277,3 +279,27 @@ def test_execute_refuses_an_unsupported_clustering_strategy_before_the_rollback(
 def test_the_daemon_quarantines_a_corrupt_clustering_plan_untouched(clustering: Path, tmp_path: Path) -> None:
     _truncate(_requested(clustering, CLUSTERING))
     _quarantined_unchanged(tmp_path, clustering, CLUSTERING, f"{CLUSTERING}.clustering.requested")
+
+
+def test_execute_refuses_a_clustering_with_a_missing_input_file_before_the_rollback(clustering: Path) -> None:
+    path = _requested(clustering, CLUSTERING)
+    plan = read_single_record(path.read_bytes(), str(path))
+    info = plan["clusteringPlan"]["inputGroups"][0]["slices"][0]
+    base = clustering / info["partitionPath"] / info["dataFilePath"].rsplit("/", 1)[-1]
+    assert base.is_file(), base
+    base.unlink()
+    _fails_unchanged(clustering, EXIT_CORRUPT, base.name)
+
+
+# ---------------------------------------------------------------------------- indexing
+
+
+def test_execute_refuses_a_corrupt_indexing_plan_before_the_abort(tmp_path: Path) -> None:
+    """A failed indexing attempt (its inflight file, no heartbeat) whose plan went bad is not aborted."""
+    from tests.executors.test_indexing import V8, V8_INDEXING, derive_pending
+
+    root = unzip_table(require_fixture(V8), tmp_path / "hudi")
+    derive_pending(root, V8_INDEXING, drop_later=True)
+    (root / ".hoodie" / "timeline" / f"{V8_INDEXING}.indexing.inflight").write_bytes(b"")
+    _truncate(_requested(root, V8_INDEXING))
+    _fails_unchanged(root, EXIT_CORRUPT, f"{V8_INDEXING}.indexing.requested")
