@@ -80,6 +80,7 @@ INVALID_VALUE_SETS: dict[str, tuple[dict[str, Any], str]] = {
     "replicas-without-redis": ({"replicas": 2}, "/redis/url"),
     "port-as-text": ({"port": "9464"}, "/port"),
     "unknown-key": ({"replica": 2}, "replica"),
+    "anti-affinity-typo": ({"podAntiAffinity": "strict"}, "/podAntiAffinity"),
 }
 
 
@@ -282,7 +283,7 @@ def _check_service_monitor(doc: dict[str, Any], docs: list[dict[str, Any]]) -> N
     (endpoint,) = doc["spec"]["endpoints"]
     assert endpoint["port"] == "metrics" and endpoint["path"] == "/metrics"
     services = [d for d in docs if d["kind"] == "Service"
-                and d["spec"]["selector"].get("app.kubernetes.io/component") is None]
+                and d["spec"]["selector"].get("app.kubernetes.io/component") == "daemon"]
     (service,) = services
     assert doc["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
     assert any(p["name"] == "metrics" for p in service["spec"]["ports"])
@@ -324,6 +325,9 @@ def test_chart_lints_renders_and_validates(name: str, helm: str, tmp_path: Path,
     pod = deployment["spec"]["template"]["spec"]
     (container,) = pod["containers"]
     assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    startup = container["startupProbe"]
+    assert startup["httpGet"]["path"] == "/healthz"
+    assert startup["periodSeconds"] * startup["failureThreshold"] >= 300  # a first poll of many tables
     assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
     assert pod["terminationGracePeriodSeconds"] > settings["grace_period_seconds"]
     assert settings["http"]["address"] == f"0.0.0.0:{container['ports'][0]['containerPort']}"
@@ -336,6 +340,10 @@ def test_chart_lints_renders_and_validates(name: str, helm: str, tmp_path: Path,
 
     if name == "replicas-redis":
         assert deployment["spec"]["replicas"] == 3
+        (term,) = pod["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+        assert term["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
+        selector = deployment["spec"]["selector"]["matchLabels"]
+        assert term["podAffinityTerm"]["labelSelector"]["matchLabels"] == selector
         env = {e["name"]: e for e in container["env"]}
         assert env["REDIS_PASSWORD"]["valueFrom"]["secretKeyRef"] == {"name": "redis-auth", "key": "password"}
         assert env["HOODIED_LOCK__URL"]["value"] == ("rediss://:$(REDIS_PASSWORD)@redis-master.data:6380/0"
@@ -357,10 +365,43 @@ def test_chart_lints_renders_and_validates(name: str, helm: str, tmp_path: Path,
         assert settings["spark"]["master"] == "sc://t-hoodied-spark-connect:15002"
         assert any(d["kind"] == "Service" and d["metadata"]["name"] == "t-hoodied-spark-connect"
                    for d in docs)
+        (policy,) = [d for d in docs if d["kind"] == "NetworkPolicy"]
+        assert policy["spec"]["podSelector"]["matchLabels"] == spark["spec"]["selector"]["matchLabels"]
+        (rule,) = policy["spec"]["ingress"]
+        assert rule["ports"] == [{"port": "grpc", "protocol": "TCP"}]
+        (peer,) = rule["from"]
+        assert peer["podSelector"]["matchLabels"] == deployment["spec"]["selector"]["matchLabels"]
     if name == "custom-security":
         assert pod["securityContext"]["runAsUser"] == 20000
         assert "ServiceAccount" not in kinds and pod["serviceAccountName"] == "lake-reader"
         assert pod["terminationGracePeriodSeconds"] == 135
+
+
+def _selected(selector: dict[str, str], pods: dict[str, dict[str, str]]) -> list[str]:
+    return sorted(name for name, labels in pods.items() if selector.items() <= labels.items())
+
+
+@pytest.mark.parametrize("name", sorted(VALUE_SETS))
+def test_each_selector_selects_only_its_own_pods(name: str, helm: str, tmp_path: Path) -> None:
+    """The daemon's Deployment, Service and PodDisruptionBudget select the daemon's pods, the Spark Connect
+    server's Deployment, Service and NetworkPolicy its pods: never both (a Service sending scrapes to the
+    Spark server, a budget counting it, two Deployments fighting over pods)."""
+    docs = _render(helm, _values_file(tmp_path, name, VALUE_SETS[name]))
+    pods = {d["metadata"]["name"]: d["spec"]["template"]["metadata"]["labels"]
+            for d in docs if d["kind"] == "Deployment"}
+    selectors = {
+        "Deployment": lambda d: d["spec"]["selector"]["matchLabels"],
+        "Service": lambda d: d["spec"]["selector"],
+        "PodDisruptionBudget": lambda d: d["spec"]["selector"]["matchLabels"],
+        "NetworkPolicy": lambda d: d["spec"]["podSelector"]["matchLabels"],
+    }
+    checked = 0
+    for doc in docs:
+        if doc["kind"] in selectors:
+            # each of these is named after the Deployment whose pods it is for
+            assert _selected(selectors[doc["kind"]](doc), pods) == [doc["metadata"]["name"]], doc["kind"]
+            checked += 1
+    assert checked >= 3
 
 
 def test_readme_values_render(helm: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

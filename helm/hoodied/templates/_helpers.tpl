@@ -18,6 +18,18 @@ app.kubernetes.io/name: {{ include "hoodied.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end }}
 
+{{/* The daemon's pods and the Spark Connect server's pods each have a selector of their own, so no
+Deployment, Service, PodDisruptionBudget or NetworkPolicy of one selects the other's pods. */}}
+{{- define "hoodied.daemonSelectorLabels" -}}
+{{ include "hoodied.selectorLabels" . }}
+app.kubernetes.io/component: daemon
+{{- end }}
+
+{{- define "hoodied.sparkConnectSelectorLabels" -}}
+{{ include "hoodied.selectorLabels" . }}
+app.kubernetes.io/component: spark-connect
+{{- end }}
+
 {{- define "hoodied.labels" -}}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
 {{ include "hoodied.selectorLabels" . }}
