@@ -16,7 +16,14 @@ where the key is an HBase KeyValue key (``int16 rowLen · row · family · quali
 Hudi only uses the row. Values of metadata-table cells are schemaless Avro records (see
 ``HFileReader.records``).
 
-Reading is from bytes already in memory (metadata HFiles are small); blocks are decoded lazily.
+Reading is block by block: the trailer, then the load-on-open section (root and meta indexes,
+file info) are read when the reader opens, every other block (leaf index, data, meta) only when
+asked for, so a reader over a file in storage (``HFileReader.open``) holds the block index and
+one block at a time, never the whole file (record-index base files grow to gigabytes). A reader
+over bytes already in memory (``HFileReader(data, where)``) works the same way. Cells come in
+file order: sorted by row bytes in every HFile Hudi writes (``HoodieHFileDataBlock`` sorts a
+block's records by key before writing them, base files are written from sorted records, and
+HBase's ``HFile.Writer`` refuses a key below the previous one).
 Anything malformed raises ``HoodieFormatError`` naming ``where``; valid files using a feature
 this reader lacks (LZ4, Snappy, data block encodings...) raise ``UnsupportedTableError``.
 """
@@ -29,15 +36,18 @@ import io
 import json
 import struct
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import fastavro
 from fastavro.types import Schema
 
 from hoodied.hoodie.errors import HoodieFormatError, UnsupportedTableError
+
+if TYPE_CHECKING:
+    from hoodied.hoodie.storage import Storage
 
 __all__ = [
     "CODEC_GZ",
@@ -228,18 +238,70 @@ def parse_avro_schema(schema_json: str) -> Schema:
 # --- the reader ----------------------------------------------------------------------------------
 
 
-class HFileReader:
-    """Read one HFile v3 held in memory.
+class _Source:
+    """Random access to the bytes of one HFile: ``read(offset, length)`` and ``size``."""
 
-    ``where`` names the file in error messages (a relative path, or ``log@offset`` for a log
-    block). ``verify_checksums`` checks HBase CRC32/CRC32C block checksums when present (Hudi's
-    own reader skips them; checking them catches bit rot in uncompressed blocks).
+    def __init__(self, read: Callable[[int, int], bytes], size: int, where: str) -> None:
+        self._read = read
+        self.size = size
+        self.where = where
+
+    def read(self, offset: int, length: int) -> bytes:
+        """Exactly ``length`` bytes at ``offset`` (the caller keeps the range inside the file)."""
+        data = self._read(offset, length) if length > 0 else b""
+        if len(data) != length:
+            raise HoodieFormatError(
+                f"{self.where}: read {len(data)} bytes at offset {offset}, expected {length}"
+                " (the file changed while reading?)"
+            )
+        return data
+
+
+class HFileReader:
+    """Read one HFile v3, block by block.
+
+    ``HFileReader(data, where)`` reads bytes in memory; ``HFileReader.open(storage, path)``
+    reads a file in storage by ranges (``HFileReader.from_ranges`` for any ranged source, such
+    as the content of a log block inside its log file). ``where`` names the file in error
+    messages (a relative path, or ``log@offset`` for a log block). ``verify_checksums`` checks
+    HBase CRC32/CRC32C block checksums when present (Hudi's own reader skips them; checking
+    them catches bit rot in uncompressed blocks).
     """
 
     def __init__(self, data: bytes, where: str, *, verify_checksums: bool = True) -> None:
-        self.where = where
-        self._data = data
+        view = data
+
+        def read(offset: int, length: int) -> bytes:
+            return view[offset : offset + length]
+
+        self._open(_Source(read, len(data), where), verify_checksums)
+
+    @classmethod
+    def from_ranges(
+        cls, read_range: Callable[[int, int], bytes], size: int, where: str, *, verify_checksums: bool = True
+    ) -> HFileReader:
+        """A reader over ``size`` bytes that ``read_range(offset, length)`` returns piece by piece."""
+        reader = cls.__new__(cls)
+        reader._open(_Source(read_range, size, where), verify_checksums)
+        return reader
+
+    @classmethod
+    def open(
+        cls, storage: Storage, path: str, *, where: str | None = None, verify_checksums: bool = True
+    ) -> HFileReader:
+        """A reader over file ``path`` of ``storage``, reading one block per ``read_range`` call."""
+
+        def read(offset: int, length: int) -> bytes:
+            return storage.read_range(path, offset, length)
+
+        return cls.from_ranges(read, storage.size(path), where or path, verify_checksums=verify_checksums)
+
+    def _open(self, source: _Source, verify_checksums: bool) -> None:
+        self.where = where = source.where
+        self._src = source
         self._verify = verify_checksums
+        self._tail_start = source.size
+        self._tail = b""
         self.trailer = self._read_trailer()
         t = self.trailer
         if t.codec not in (CODEC_GZ, CODEC_NONE):
@@ -247,10 +309,13 @@ class HFileReader:
             raise UnsupportedTableError(
                 f"{where}: HFile compression codec {name} is not supported (GZ, NONE)"
             )
-        if not 0 <= t.load_on_open_offset <= len(data) - TRAILER_SIZE:
+        if not 0 <= t.load_on_open_offset <= source.size - TRAILER_SIZE:
             raise HoodieFormatError(
                 f"{where}: load-on-open offset {t.load_on_open_offset} is outside the file"
             )
+        # The load-on-open section (root index, meta index, file info) in one read.
+        self._tail_start = t.load_on_open_offset
+        self._tail = source.read(t.load_on_open_offset, source.size - TRAILER_SIZE - t.load_on_open_offset)
         root = self._read_block(t.load_on_open_offset, expect=(ROOT_INDEX_MAGIC,))
         root_entries = self._parse_root_index(root.payload, t.data_index_count, is_meta=False)
         meta = self._read_block(root.offset + root.on_disk_size, expect=(ROOT_INDEX_MAGIC,))
@@ -300,6 +365,14 @@ class HFileReader:
         if entry is None:
             return None
         return self._read_block(entry.offset, expect=(META_MAGIC,), size=entry.size).payload
+
+    @property
+    def file_size(self) -> int:
+        return self._src.size
+
+    def block_cells(self, i: int) -> list[tuple[bytes, bytes]]:
+        """The cells of data block ``i`` (``0 <= i < data_block_count``) as ``(row, value)``."""
+        return list(self._block_cells(i))
 
     def iter_cells(self) -> Iterator[tuple[bytes, bytes]]:
         """Every cell as ``(row, value)`` in file (key) order; checks the trailer's entry count."""
@@ -371,16 +444,16 @@ class HFileReader:
     # trailer, blocks, index --------------------------------------------------------------------
 
     def _read_trailer(self) -> Trailer:
-        data, where = self._data, self.where
-        if len(data) < TRAILER_SIZE:
+        src, where = self._src, self.where
+        if src.size < TRAILER_SIZE:
             raise HoodieFormatError(
-                f"{where}: file of {len(data)} bytes is too short for an HFile (trailer is {TRAILER_SIZE})"
+                f"{where}: file of {src.size} bytes is too short for an HFile (trailer is {TRAILER_SIZE})"
             )
-        raw = data[-TRAILER_SIZE:]
+        raw = src.read(src.size - TRAILER_SIZE, TRAILER_SIZE)
         minor, major = raw[-4], int.from_bytes(raw[-3:], "big")
         if raw[:8] != TRAILER_MAGIC:
             raise HoodieFormatError(
-                f"{where}: no HFile trailer (bad magic {raw[:8]!r} at {len(data) - TRAILER_SIZE})"
+                f"{where}: no HFile trailer (bad magic {raw[:8]!r} at {src.size - TRAILER_SIZE})"
             )
         if major != 3:
             raise UnsupportedTableError(f"{where}: HFile major version {major} is not supported (reads 3)")
@@ -411,13 +484,29 @@ class HFileReader:
             codec=num(12, CODEC_NONE),
         )
 
+    def _block_bytes(self, offset: int, size: int | None, end_of_blocks: int) -> bytes:
+        """The bytes of the block at ``offset`` (at least its header when it is in range)."""
+        if offset >= self._tail_start:  # load-on-open blocks: already read
+            start = offset - self._tail_start
+            return self._tail[start : start + (size if size is not None else len(self._tail))]
+        if size is not None and HEADER_SIZE <= size <= end_of_blocks - offset:
+            return self._src.read(offset, size)  # one read when the index gives the size
+        header = self._src.read(offset, HEADER_SIZE)
+        on_disk = int.from_bytes(header[8:12], "big", signed=True)
+        if on_disk < 0 or offset + HEADER_SIZE + on_disk > end_of_blocks:
+            return header  # the checks of ``_read_block`` name the problem
+        return header + self._src.read(offset + HEADER_SIZE, on_disk)
+
     def _read_block(self, offset: int, *, expect: tuple[bytes, ...], size: int | None = None) -> _Block:
-        data, where = self._data, self.where
-        end_of_blocks = len(data) - TRAILER_SIZE
+        where = self.where
+        end_of_blocks = self._src.size - TRAILER_SIZE
         if offset < 0 or offset + HEADER_SIZE > end_of_blocks:
             raise HoodieFormatError(f"{where}: HFile block at offset {offset} is outside the file")
+        raw = self._block_bytes(offset, size, end_of_blocks)
+        if len(raw) < HEADER_SIZE:
+            raise HoodieFormatError(f"{where}: HFile block at offset {offset} is outside the file")
         magic, on_disk, uncompressed, _prev, ck_type, bytes_per_ck, data_with_header = _HEADER.unpack_from(
-            data, offset
+            raw, 0
         )
         if magic not in expect:
             if magic == ENCODED_DATA_MAGIC:
@@ -438,15 +527,19 @@ class HFileReader:
             raise HoodieFormatError(
                 f"{where}: HFile block at offset {offset} is {total} bytes but the index says {size}"
             )
+        if len(raw) < total:
+            raw = raw + self._src.read(offset + len(raw), total - len(raw))
         if not HEADER_SIZE <= data_with_header <= total or bytes_per_ck <= 0:
             raise HoodieFormatError(f"{where}: HFile block at offset {offset} has an inconsistent header")
-        stored = data[offset + HEADER_SIZE : offset + data_with_header]
+        stored = raw[HEADER_SIZE:data_with_header]
         if ck_type != _CHECKSUM_NULL:
-            self._check_checksums(offset, data_with_header, total, ck_type, bytes_per_ck)
+            self._check_checksums(raw, offset, data_with_header, total, ck_type, bytes_per_ck)
         payload = self._decompress(stored, uncompressed, offset)
         return _Block(magic, offset, total, payload)
 
-    def _check_checksums(self, offset: int, covered: int, total: int, ck_type: int, chunk: int) -> None:
+    def _check_checksums(
+        self, raw: bytes, offset: int, covered: int, total: int, ck_type: int, chunk: int
+    ) -> None:
         where = self.where
         chunks = -(-covered // chunk)
         if total - covered != 4 * chunks:
@@ -460,9 +553,9 @@ class HFileReader:
             raise UnsupportedTableError(f"{where}: HFile checksum type {ck_type} is not supported")
         crc = zlib.crc32 if ck_type == _CHECKSUM_CRC32 else _crc32c
         for i in range(chunks):
-            start = offset + i * chunk
-            piece = self._data[start : min(start + chunk, offset + covered)]
-            want = int.from_bytes(self._data[offset + covered + 4 * i : offset + covered + 4 * i + 4], "big")
+            start = i * chunk
+            piece = raw[start : min(start + chunk, covered)]
+            want = int.from_bytes(raw[covered + 4 * i : covered + 4 * i + 4], "big")
             if crc(piece) != want:
                 raise HoodieFormatError(f"{where}: checksum mismatch in HFile block at offset {offset}")
 

@@ -16,6 +16,14 @@ with header), the payload compressed as one gzip member, then 4 zero bytes per 1
 header + compressed payload. A cell is ``int32 rowLen+12 · int32 valueLen · int16 rowLen · row ·
 00 · int64 LATEST_TIMESTAMP · 04 (Put) · value · 00 (MVCC)``.
 
+Writing streams: ``HFileWriter(sink=f)`` writes each data block to the binary file ``f`` as
+soon as it fills, and keeps only the cells of the block being filled, the block index (first
+row, offset and size of each block), the meta blocks and the file info; ``close()`` then writes
+the meta blocks, the load-on-open section and the trailer. ``BaseHFileWriter`` does the same
+for a metadata-table base file (its bloom filter grows key by key), so a compaction writes a
+base file of any size in the memory of one block. Without a sink the file is built in memory
+and ``finish()`` returns its bytes.
+
 Byte-level choices, made so that a re-encoding of a Hudi 1.1 file is byte-identical to it:
 gzip members carry Java's header (no mtime, XFL 0, OS 0) over zlib level 6; file-info entries
 and meta blocks come in ``java.util.HashMap`` iteration order; trailer field 3 is the sum of the
@@ -39,13 +47,14 @@ import time
 import zlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import BinaryIO
 
 from hoodied.hoodie.bloom import (
     DEFAULT_FPP,
     DEFAULT_MAX_ENTRIES,
     MDT_NUM_ENTRIES,
+    BloomFilter,
     BloomFilterType,
-    build_filter,
 )
 from hoodied.hoodie.hfile.reader import (
     CODEC_GZ,
@@ -64,7 +73,9 @@ from hoodied.hoodie.hfile.reader import (
 )
 
 __all__ = [
+    "BLOOM_BATCH",
     "BLOOM_META_BLOCK",
+    "BaseHFileWriter",
     "BYTES_PER_CHECKSUM",
     "COMPARATOR_CLASS",
     "DEFAULT_BLOCK_SIZE",
@@ -254,10 +265,12 @@ class _BlockRef:
 
 
 class HFileWriter:
-    """Build one HFile in memory: ``append`` cells in row order, then ``finish()`` for the bytes.
+    """Write one HFile: ``append`` cells in row order, then ``finish()`` (in memory: the bytes)
+    or ``close()`` (to ``sink``: the size written).
 
     Rows must be non-decreasing (unsigned byte order); equal rows are allowed here and always
     land in the same block. ``create_time_ms`` fixes ``hfile.CREATE_TIME_TS`` (default: now).
+    ``sink``: a binary file the blocks are written to as they fill (the caller closes it).
     """
 
     def __init__(
@@ -266,6 +279,7 @@ class HFileWriter:
         block_size: int = DEFAULT_BLOCK_SIZE,
         codec: int = CODEC_GZ,
         create_time_ms: int | None = None,
+        sink: BinaryIO | None = None,
     ) -> None:
         if codec not in (CODEC_GZ, CODEC_NONE):
             raise ValueError(f"HFile codec {codec} is not supported for writing (GZ=1, NONE=2)")
@@ -274,6 +288,7 @@ class HFileWriter:
         self.block_size = block_size
         self.codec = codec
         self.create_time_ms = int(time.time() * 1000) if create_time_ms is None else create_time_ms
+        self._sink = sink
         self._out: list[bytes] = []
         self._offset = 0
         self._blocks: list[_BlockRef] = []
@@ -327,8 +342,25 @@ class HFileWriter:
         key = name.encode("utf-8") if isinstance(name, str) else bytes(name)
         self._file_info[key] = bytes(value)
 
+    @property
+    def last_row(self) -> bytes | None:
+        return self._last_row
+
     def finish(self) -> bytes:
         """Write the meta blocks, load-on-open section and trailer; return the whole file."""
+        if self._sink is not None:
+            raise ValueError("HFile writer streams to a sink: close() it")
+        self._write_tail()
+        data = b"".join(self._out)
+        self._out = [data]
+        return data
+
+    def close(self) -> int:
+        """Write the meta blocks, load-on-open section and trailer; return the file's size."""
+        self._write_tail()
+        return self._offset
+
+    def _write_tail(self) -> None:
         if self._finished:
             raise ValueError("HFile writer is already finished")
         self._finished = True
@@ -372,14 +404,14 @@ class HFileWriter:
         )
         head = TRAILER_MAGIC + _varint(len(trailer)) + trailer
         self._write(head + bytes(TRAILER_SIZE - 4 - len(head)) + b"\x00\x00\x00\x03")
-        data = b"".join(self._out)
-        self._out = [data]
-        return data
 
     # internals ---------------------------------------------------------------------------------
 
     def _write(self, chunk: bytes) -> None:
-        self._out.append(chunk)
+        if self._sink is not None:
+            self._sink.write(chunk)
+        else:
+            self._out.append(chunk)
         self._offset += len(chunk)
 
     def _flush_data_block(self) -> None:
@@ -426,6 +458,83 @@ def _sorted_unique(cells: Iterable[tuple[str | bytes, bytes]]) -> list[tuple[byt
     return rows
 
 
+#: Keys hashed into the bloom filter per batch: vectorised, and its ``n x hashes`` int64
+#: position arrays stay small (about a quarter MiB each).
+BLOOM_BATCH = 1024
+
+
+class BaseHFileWriter:
+    """A metadata-table base file (``<fileId>_<token>_<instant>.hfile``), written row by row.
+
+    Adds what ``HoodieAvroHFileWriter`` adds: file info ``schema``, ``minRecordKey``,
+    ``maxRecordKey``, ``bloomFilterTypeCode`` and the ``bloomFilter`` meta block (a DYNAMIC_V0
+    filter over the row keys, 10000 entries per row and fpp 1e-9 as Hudi 1.1 sizes it). Rows
+    must come strictly increasing (a repeated row is ``HoodieDuplicateKeyException`` in Hudi);
+    keys go into the filter in that order, as Hudi adds them. ``sink``: see ``HFileWriter``.
+    """
+
+    def __init__(
+        self,
+        schema_json: str,
+        *,
+        bloom_num_entries: int = MDT_NUM_ENTRIES,
+        bloom_fpp: float = DEFAULT_FPP,
+        bloom_max_entries: int = DEFAULT_MAX_ENTRIES,
+        block_size: int = DEFAULT_BLOCK_SIZE,
+        create_time_ms: int | None = None,
+        sink: BinaryIO | None = None,
+    ) -> None:
+        self._hfile = HFileWriter(block_size=block_size, create_time_ms=create_time_ms, sink=sink)
+        self._hfile.set_file_info(FILE_INFO_SCHEMA, schema_json.encode("utf-8"))
+        self.bloom = BloomFilter.create(
+            bloom_num_entries, bloom_fpp, BloomFilterType.DYNAMIC_V0, bloom_max_entries
+        )
+        self._pending: list[str] = []
+        self._first: bytes | None = None
+
+    @property
+    def entry_count(self) -> int:
+        return self._hfile.entry_count
+
+    def append(self, row: bytes | str, value: bytes) -> None:
+        raw = row.encode("utf-8") if isinstance(row, str) else bytes(row)
+        last = self._hfile.last_row
+        if last is not None and raw <= last:
+            if raw == last:
+                raise ValueError(f"duplicate HFile row {raw.decode('utf-8', 'replace')!r}")
+            raise ValueError(f"HFile rows must be appended in order: {raw!r} after {last!r}")
+        key = raw.decode("utf-8")
+        self._hfile.append(raw, value)
+        if self._first is None:
+            self._first = raw
+        self._pending.append(key)
+        if len(self._pending) >= BLOOM_BATCH:
+            self._flush_bloom()
+
+    def _flush_bloom(self) -> None:
+        if self._pending:
+            self.bloom.add_keys(self._pending)
+            self._pending = []
+
+    def _add_tail(self) -> None:
+        self._flush_bloom()
+        last = self._hfile.last_row
+        self._hfile.set_file_info(FILE_INFO_MIN_KEY, self._first or b"")
+        self._hfile.set_file_info(FILE_INFO_MAX_KEY, last or b"")
+        self._hfile.set_file_info(FILE_INFO_BLOOM_TYPE, BloomFilterType.DYNAMIC_V0.value.encode("ascii"))
+        self._hfile.add_meta_block(BLOOM_META_BLOCK, self.bloom.serialize().encode("ascii"))
+
+    def finish(self) -> bytes:
+        """The whole file (in-memory writer)."""
+        self._add_tail()
+        return self._hfile.finish()
+
+    def close(self) -> int:
+        """Finish the file in the sink; returns its size."""
+        self._add_tail()
+        return self._hfile.close()
+
+
 def encode_base_hfile(
     cells: Iterable[tuple[str | bytes, bytes]] | Mapping[str, bytes],
     schema_json: str,
@@ -436,30 +545,21 @@ def encode_base_hfile(
     block_size: int = DEFAULT_BLOCK_SIZE,
     create_time_ms: int | None = None,
 ) -> bytes:
-    """A metadata-table base file (``<fileId>_<token>_<instant>.hfile``) holding ``cells``.
+    """A metadata-table base file holding ``cells`` (see ``BaseHFileWriter``), built in memory.
 
     ``cells`` are (row key, schemaless Avro value) pairs in any order; rows must be unique.
-    Adds what ``HoodieAvroHFileWriter`` adds: file info ``schema``, ``minRecordKey``,
-    ``maxRecordKey``, ``bloomFilterTypeCode`` and the ``bloomFilter`` meta block (a DYNAMIC_V0
-    filter over the row keys, 10000 entries per row and fpp 1e-9 as Hudi 1.1 sizes it).
     """
     rows = _sorted_unique(cells.items() if isinstance(cells, Mapping) else cells)
-    writer = HFileWriter(block_size=block_size, create_time_ms=create_time_ms)
-    writer.set_file_info(FILE_INFO_SCHEMA, schema_json.encode("utf-8"))
+    writer = BaseHFileWriter(
+        schema_json,
+        bloom_num_entries=bloom_num_entries,
+        bloom_fpp=bloom_fpp,
+        bloom_max_entries=bloom_max_entries,
+        block_size=block_size,
+        create_time_ms=create_time_ms,
+    )
     for row, value in rows:
         writer.append(row, value)
-    keys = [row.decode("utf-8") for row, _ in rows]
-    bloom = build_filter(
-        keys,
-        num_entries=bloom_num_entries,
-        fpp=bloom_fpp,
-        type_code=BloomFilterType.DYNAMIC_V0,
-        max_entries=bloom_max_entries,
-    )
-    writer.set_file_info(FILE_INFO_MIN_KEY, rows[0][0] if rows else b"")
-    writer.set_file_info(FILE_INFO_MAX_KEY, rows[-1][0] if rows else b"")
-    writer.set_file_info(FILE_INFO_BLOOM_TYPE, BloomFilterType.DYNAMIC_V0.value.encode("ascii"))
-    writer.add_meta_block(BLOOM_META_BLOCK, bloom.serialize().encode("ascii"))
     return writer.finish()
 
 

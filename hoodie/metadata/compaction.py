@@ -26,8 +26,12 @@ The metadata table (MDT) is a merge-on-read table of HFiles. Hudi compacts it fr
 Checked against Hudi: on the v9 fixtures, re-running Hudi's own MDT compaction gives the same
 plan (metrics included) and the same cells, byte for byte, in all 14 base files.
 
+Each base file is merged and written as a stream (``merge.compact_file_slice`` into a
+``BaseHFileWriter`` on the temp file of ``Storage.create_if_absent``), so memory does not grow
+with the file group (a record index has hundreds of millions of keys).
+
 Re-running a compaction finishes it from its plan (a base file already written is kept: it was
-linked into place whole). The caller holds the data table's lock.
+published whole, and only its trailer is read back). The caller holds the data table's lock.
 """
 
 from __future__ import annotations
@@ -43,9 +47,9 @@ from hoodied.hoodie.errors import HoodieFormatError, InstantStateError
 from hoodied.hoodie.filenames import BaseFileName, make_write_token
 from hoodied.hoodie.fsview import FileSystemView, LogFile, list_storage
 from hoodied.hoodie.hfile.reader import HFileReader
-from hoodied.hoodie.hfile.writer import encode_base_hfile
+from hoodied.hoodie.hfile.writer import BaseHFileWriter
 from hoodied.hoodie.metadata.encode import metadata_payload_schema_json, metadata_schema_json
-from hoodied.hoodie.metadata.merge import compacted_cells, merge_file_slice
+from hoodied.hoodie.metadata.merge import CompactedSlice, compact_file_slice
 from hoodied.hoodie.metadata.rollback import latest_mdt_compaction
 from hoodied.hoodie.properties import TableConfig
 from hoodied.hoodie.storage import Storage
@@ -193,21 +197,17 @@ def execute_mdt_compaction(mdt: TimelineWriter, instant_time: str, table_version
         existing = [i.name for i in storage.list(partition)
                     if (b := BaseFileName.parse(i.name)) is not None
                     and b.file_id == file_id and b.instant_time == instant_time]
-        if existing:  # a crashed attempt linked it into place whole; keep it
+        if existing:  # a crashed attempt published it whole; keep it
             name = existing[0]
-            count = HFileReader(storage.read(f"{partition}/{name}"), name).entry_count
+            count = HFileReader.open(storage, f"{partition}/{name}", where=name).entry_count
         else:
             name = BaseFileName(file_id, make_write_token(index, 1, index), instant_time, "hfile").format()
-            merged = merge_file_slice(storage, timeline, base, logs)
-            if base is None and not merged.log_keys and table_version < 9:
+            done = _write_base_file(mdt, timeline, base, logs, f"{partition}/{name}", table_version)
+            if done is None:
                 # Hudi 1.0 writes nothing for a slice whose logs hold no record (1.1 does)
                 log.info("%s/%s: nothing to compact into %s", storage.base_uri, partition, file_id)
                 continue
-            cells = compacted_cells(merged.entries, table_version, name)
-            mdt.lock.ensure_held()
-            storage.put_if_absent(f"{partition}/{name}",
-                                  encode_base_hfile(cells, metadata_schema_json(table_version)))
-            count = len(cells)
+            count = done.records
             crash_point("mdt-compaction-base-written")
             log.info("%s/%s: compacted base file written (%d records from %d log files)",
                      storage.base_uri, f"{partition}/{name}", count, len(logs))
@@ -235,6 +235,25 @@ def execute_mdt_compaction(mdt: TimelineWriter, instant_time: str, table_version
     log.info("%s: MDT compaction %s completed (%d base files)", storage.base_uri, instant_time,
              len(result.base_files))
     return result
+
+
+def _write_base_file(mdt: TimelineWriter, timeline: Timeline, base: str | None, logs: list[str],
+                     path: str, table_version: int) -> CompactedSlice | None:
+    """Merge one slice into the new base file ``path``, streamed to a temp file and published
+    whole; ``None`` (nothing published) for a table version 8 slice without base file whose
+    logs hold no record."""
+    storage = mdt.storage
+    name = path.rsplit("/", 1)[-1]
+    with storage.create_if_absent(path) as out:
+        with open(out.path, "wb") as f:
+            writer = BaseHFileWriter(metadata_schema_json(table_version), sink=f)
+            done = compact_file_slice(storage, timeline, base, logs, table_version, name, writer)
+            writer.close()
+        if base is None and not done.log_keys and table_version < 9:
+            return None  # leaving the block drops the temp file
+        mdt.lock.ensure_held()
+        out.commit()
+    return done
 
 
 def schedule_mdt_compaction(mdt: TimelineWriter, instant_time: str) -> Instant | None:

@@ -17,19 +17,34 @@ Two stages as Hudi's file-group reader: log records among themselves in log orde
 MDT instants not completed skipped, rollback command blocks honoured), then the base record
 under the merged log record. Values read once and never merged keep their bytes; every value
 written gets ``_hoodie_file_name`` = the new base file's name (as Hudi's compacted MDT files).
+
+Two ways to run it. ``merge_file_slice`` holds the merged slice in memory (for the small
+partitions a commit reads back). ``compact_file_slice``, the compaction's way, streams: the
+base HFile and the HFile of every data block are each sorted by row (``HoodieHFileDataBlock``
+sorts a block's records by key; HBase's ``HFile.Writer`` refuses a key below the previous one;
+an unsorted input is refused here too), so a k-way merge over them, reading one
+HFile block of each at a time, meets every key once, with its records in (base, log order,
+position in block) order; delete blocks are one block each and sorted in memory. Merged records
+go straight to a ``BaseHFileWriter``. Memory: one HFile block per input, the block indexes,
+the keys of one delete block, the output block being filled and the bloom filter -- not the
+file group.
 """
 
 from __future__ import annotations
 
+import heapq
 import io
-from collections.abc import Mapping
+import itertools
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Any
 
 import fastavro
 
 from hoodied.hoodie.errors import HoodieFormatError
 from hoodied.hoodie.hfile.reader import HFileReader, parse_avro_schema
+from hoodied.hoodie.hfile.writer import BaseHFileWriter
 from hoodied.hoodie.log import (
     BlockType,
     LogBlock,
@@ -43,7 +58,14 @@ from hoodied.hoodie.metadata.records import RecordType
 from hoodied.hoodie.storage import Storage
 from hoodied.hoodie.timeline.active import Timeline
 
-__all__ = ["MergedSlice", "compacted_cells", "merge_file_slice", "with_file_name"]
+__all__ = [
+    "CompactedSlice",
+    "MergedSlice",
+    "compact_file_slice",
+    "compacted_cells",
+    "merge_file_slice",
+    "with_file_name",
+]
 
 
 def _java_hash(text: str) -> int:
@@ -418,3 +440,113 @@ def compacted_cells(
             value = _encode(entry.record, schema)
         cells.append((key, with_file_name(value, file_name)))
     return cells
+
+
+# --- streaming compaction -------------------------------------------------------------------------
+
+#: Log blocks up to this size are read whole (the log reader keeps small files anyway); larger
+#: ones through ranged reads, one HFile block at a time.
+_WHOLE_LOG_BLOCK = 1 << 20
+_BASE_RANK = -1  # sorts the base file's cells before every log block's
+
+
+@dataclass(frozen=True, slots=True)
+class CompactedSlice:
+    """What ``compact_file_slice`` wrote: records, and how many keys the log files touched."""
+
+    records: int
+    log_keys: int
+
+
+def _log_block_reader(block: LogBlock) -> HFileReader:
+    if block.content_length <= _WHOLE_LOG_BLOCK:
+        return HFileReader(hfile_block_content(block), block.where)
+    storage, path, start = block.storage, block.path, block.content_offset
+
+    def read(offset: int, length: int) -> bytes:
+        return storage.read_range(path, start + offset, length)
+
+    return HFileReader.from_ranges(read, block.content_length, block.where)
+
+
+_Cell = tuple[bytes, int, int, bytes | None]  # row, rank (base -1, then log order), position, value
+
+
+def _sorted_cells(reader: HFileReader, rank: int) -> Iterator[_Cell]:
+    """The cells of one HFile tagged for the merge; a row below its predecessor is an error (the
+    merge would miss records otherwise)."""
+    previous = b""
+    for seq, (row, value) in enumerate(reader.iter_cells()):
+        if row < previous:
+            raise HoodieFormatError(
+                f"{reader.where}: HFile rows are out of order ({row!r} after {previous!r})")
+        previous = row
+        yield row, rank, seq, value
+
+
+def _deleted_keys(block: LogBlock, rank: int) -> Iterator[_Cell]:
+    records = delete_block_records(block)
+    keys = {rec.record_key.encode("utf-8") for rec in records if rec.record_key is not None}
+    for row in sorted(keys):
+        yield row, rank, 0, None
+
+
+def compact_file_slice(storage: Storage, timeline: Timeline, base_file: str | None, log_files: list[str],
+                       table_version: int, file_name: str, writer: BaseHFileWriter) -> CompactedSlice:
+    """Merge one MDT file slice (paths relative to the MDT) into ``writer``, key by key.
+
+    The same records, bytes and order as ``compacted_cells(merge_file_slice(...).entries, ...)``,
+    streamed (module doc). ``file_name`` is the new base file's name (``_hoodie_file_name``);
+    the caller finishes ``writer``.
+    """
+    decoder = _Decoder()
+    target_json = metadata_schema_json(table_version)
+    target = metadata_schema(table_version)
+    sources: list[Iterator[_Cell]] = []
+    schemas: dict[int, tuple[str, str]] = {}  # rank -> (writer schema, where)
+    if base_file is not None:
+        base = HFileReader.open(storage, base_file)
+        schemas[_BASE_RANK] = (base.schema_json or "", base_file)
+        sources.append(_sorted_cells(base, _BASE_RANK))
+    for rank, block in enumerate(_valid_blocks(storage, timeline, log_files)):
+        if block.block_type is BlockType.DELETE:
+            sources.append(_deleted_keys(block, rank))
+            continue
+        reader = _log_block_reader(block)
+        schemas[rank] = (block.schema_json or reader.schema_json or "", block.where)
+        sources.append(_sorted_cells(reader, rank))
+    records = log_keys = 0
+    for row, cells in itertools.groupby(heapq.merge(*sources), key=itemgetter(0)):
+        key = row.decode("utf-8")
+        from_base: _Entry | None = None
+        newer: _Entry | None = None  # the log stage: None when absent or deleted
+        in_logs = False
+        for _, rank, _, value in cells:
+            if value is None:  # a delete block's key
+                in_logs, newer = True, None
+                continue
+            schema_json, where = schemas[rank]
+            entry = _Entry(decoder.decode(value, schema_json, where, key), value, schema_json)
+            if rank == _BASE_RANK:
+                from_base = entry  # a repeated base row: the last one counts
+            elif newer is None:
+                in_logs, newer = True, entry
+            else:
+                newer = _combine(newer, entry, log_stage=True)
+        if in_logs:
+            log_keys += 1
+            if newer is None:
+                continue
+            final = _combine(from_base, newer) if from_base is not None else newer
+        else:
+            assert from_base is not None
+            final = from_base
+        if _dropped(final.record):
+            continue
+        if final.raw is not None and final.schema_json == target_json:
+            value_out = final.raw
+        else:
+            value_out = _encode(final.record, target)
+        writer.append(row, with_file_name(value_out, file_name))
+        records += 1
+    return CompactedSlice(records, log_keys)
