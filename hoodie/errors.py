@@ -17,10 +17,12 @@ __all__ = [
     "HoodieServiceError",
     "InstantNotReadyError",
     "InstantStateError",
+    "LockConfigError",
     "LockError",
     "LockLostError",
     "LockServiceDownError",
     "LockUnavailableError",
+    "PreconditionFailedError",
     "StorageError",
     "TableNotFoundError",
     "UnsupportedTableError",
@@ -57,6 +59,15 @@ class FileAlreadyExistsError(StorageError):
     retryable = False
 
 
+class PreconditionFailedError(StorageError):
+    """A conditional overwrite found the object changed (or gone) since the version it named was read.
+
+    Next step: read the object again; another writer changed it in between.
+    """
+
+    retryable = False
+
+
 class LockError(HoodieServiceError):
     """The table lock could not be had or kept; nothing was written after the problem was seen."""
 
@@ -82,6 +93,14 @@ class LockLostError(LockError):
 
     Next step: stop writing, reload the timeline and re-plan; the instant stays where it was
     and the next owner recovers it.
+    """
+
+
+class LockConfigError(HoodieServiceError):
+    """The table lock asked for cannot work on this table (a file lock on an object store, a
+    storage lock on a local file system); nothing was locked or written.
+
+    Next step: choose another ``--lock`` (``auto`` picks the one that fits the table).
     """
 
 

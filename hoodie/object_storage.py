@@ -11,11 +11,24 @@ the Hudi write rules on object stores, and mapping the store's errors to the pro
   exactly our bytes counts as our create (so creates of identical bytes are idempotent; mutual
   exclusion between writers of identical bytes comes from the table lock, not from here).
 - Replace: ``put`` is one PUT, which object stores apply atomically.
+- Conditional overwrite: ``read_versioned`` returns an object's bytes with the version they
+  are (``ObjectVersion``: the ETag of S3 and Azure, and on GCS the generation, which obstore
+  reports as the version); ``put_if_version`` writes only while the object is still at that
+  version (S3 and Azure ``If-Match: <etag>``, GCS ``ifGenerationMatch``), or only while it is
+  absent (version ``None``: the conditional create). A changed, removed or (for a create)
+  present object -> ``PreconditionFailedError``. Checked against real servers: moto and Azurite
+  answer a stale ``If-Match`` with 412, and so does obstore's in-memory store (GCS-shaped); an
+  ``If-Match`` on a missing object is refused too (moto 404, Azurite 412).
 - Streamed files (``create_if_absent``) go to a local temp file; ``commit`` uploads it with a
   conditional create up to ``ObjectStoreSettings.conditional_put_limit`` bytes (such a create is
   a single request held in memory), larger files after a lookup in parts (data files have unique
   names). A failed upload leaves no object under the final name; the temp file is always removed.
 - ``delete``: a lookup then a delete (a DELETE of a missing key succeeds on S3 and GCS).
+- ``list_after``: a flat listing from an offset (S3 ``start-after``, obstore's ``offset``) read
+  lazily and left at an upper bound, so polling a folder for names after the last one seen is
+  one request; names at or before the offset are dropped here too, for endpoints that ignore it.
+- Every request sent is counted in ``hoodie.storage.STORAGE_REQUESTS`` by operation (``list``
+  per page of up to 1,000 entries, ``get``, ``head``, ``put``, ``delete``).
 - ``base_uri`` is the URI as given, scheme included (``s3a://b/t`` stays ``s3a://b/t``), without
   a trailing ``/``: it is what a plan's full paths start with when this writer names them.
 
@@ -26,6 +39,7 @@ URI and ``ObjectStoreSettings`` only, and rebuilds its client from the worker's 
 
 from __future__ import annotations
 
+import builtins
 import io
 import os
 import re
@@ -37,19 +51,32 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, NoReturn
 
 import obstore
-from obstore.exceptions import AlreadyExistsError, BaseError, PermissionDeniedError, UnauthenticatedError
+from obstore.exceptions import (
+    AlreadyExistsError,
+    BaseError,
+    PermissionDeniedError,
+    PreconditionError,
+    UnauthenticatedError,
+)
 from obstore.store import AzureStore, GCSStore, ObjectStore, S3Store
 
-from hoodied.hoodie.errors import FileAlreadyExistsError, StorageError, TableNotFoundError
-from hoodied.hoodie.storage import OBJECT_STORE_SCHEMES, FileInfo, WriteOnceFile
+from hoodied.hoodie.errors import (
+    FileAlreadyExistsError,
+    PreconditionFailedError,
+    StorageError,
+    TableNotFoundError,
+)
+from hoodied.hoodie.storage import OBJECT_STORE_SCHEMES, STORAGE_REQUESTS, FileInfo, WriteOnceFile
 
 if TYPE_CHECKING:
+    from obstore import PutMode, UpdateVersion
     from obstore.store import ClientConfig, RetryConfig
 
 __all__ = [
     "ObjectLocation",
     "ObjectStorage",
     "ObjectStoreSettings",
+    "ObjectVersion",
     "ObjectWriteOnceFile",
     "open_object_storage",
 ]
@@ -143,6 +170,31 @@ class ObjectLocation:
         return f"{self.scheme}://{self.bucket}/{key}"
 
 
+@dataclass(frozen=True, slots=True)
+class ObjectVersion:
+    """The version of an object a conditional overwrite names: its ETag (S3, Azure, in-memory
+    stores; quoted, as the server sent it) and its version (GCS: the generation). Both are kept
+    because each store checks a different one."""
+
+    e_tag: str | None
+    version: str | None
+
+    def __post_init__(self) -> None:
+        if not self.e_tag and not self.version:
+            raise StorageError("the store reported neither an ETag nor a version for a conditional write")
+
+    def __str__(self) -> str:
+        return self.e_tag or self.version or ""
+
+    def as_update(self) -> UpdateVersion:
+        update: UpdateVersion = {}
+        if self.e_tag:
+            update["e_tag"] = self.e_tag
+        if self.version:
+            update["version"] = self.version
+        return update
+
+
 def _build_store(loc: ObjectLocation, settings: ObjectStoreSettings) -> ObjectStore:
     """The obstore client of ``loc``'s bucket; credentials from the environment."""
     retry: RetryConfig = {}
@@ -174,6 +226,17 @@ def _build_store(loc: ObjectLocation, settings: ObjectStoreSettings) -> ObjectSt
         return GCSStore.from_url(bucket_uri, client_options=options, retry_config=retries)
     except BaseError as exc:
         raise StorageError(f"{loc.uri}: cannot configure the {loc.kind} client: {_reason(exc)}") from None
+
+
+#: Entries in one listing page (S3 and GCS; Azure pages hold up to 5,000, so its counts are an upper bound).
+_PAGE = 1000
+#: Sorts after every character a key can hold: ``folder/sub/`` + this is past every key under ``sub``.
+_LAST_CHAR = "\U0010ffff"
+
+
+def _pages(entries: int) -> int:
+    """Listing requests that returned ``entries`` entries (an empty listing is one request)."""
+    return max(1, -(-entries // _PAGE))
 
 
 # A query string may carry a SAS token or a signature: never put one in a message.
@@ -270,6 +333,7 @@ class ObjectStorage:
 
     def read(self, path: str) -> bytes:
         key = self._loc.file_key(path)
+        STORAGE_REQUESTS.add("get")
         try:
             return obstore.get(self._store, key).bytes().to_bytes()
         except (BaseError, OSError) as exc:
@@ -279,6 +343,7 @@ class ObjectStorage:
         key = self._loc.file_key(path)
         if length <= 0:
             return b""
+        STORAGE_REQUESTS.add("get")
         try:
             # One GET; a range that ends past the end comes back short, as a local read does.
             return obstore.get_range(self._store, key, start=offset, length=length).to_bytes()
@@ -300,6 +365,7 @@ class ObjectStorage:
         return io.BufferedReader(_RangedReader(self, key, size), buffer_size=_READ_BUFFER)
 
     def _head(self, key: str) -> dict[str, Any]:
+        STORAGE_REQUESTS.add("head")
         return dict(obstore.head(self._store, key))
 
     def size(self, path: str) -> int:
@@ -324,6 +390,7 @@ class ObjectStorage:
         return self._any_under(key)
 
     def _any_under(self, key: str) -> bool:
+        STORAGE_REQUESTS.add("list")  # chunk_size=1: the first page answers
         try:
             for batch in obstore.list(self._store, prefix=key or None, chunk_size=1):
                 if batch:
@@ -339,7 +406,9 @@ class ObjectStorage:
         try:
             found = obstore.list_with_delimiter(self._store, key or None)
         except (BaseError, OSError) as exc:
+            STORAGE_REQUESTS.add("list")
             self._fail("list", key, exc)
+        STORAGE_REQUESTS.add("list", _pages(len(found["common_prefixes"]) + len(found["objects"])))
         out = [FileInfo(self._loc.relative(p), 0, 0, True) for p in found["common_prefixes"]]
         out.extend(self._info(o) for o in found["objects"])
         return [i for i in out if i.path]
@@ -347,14 +416,68 @@ class ObjectStorage:
     def walk(self, path: str = "") -> Iterator[FileInfo]:
         """Every file (not folder) below ``path``, in key order (a flat listing, 1,000 per request)."""
         key = self._loc.key(path)
+        seen = 0
         try:
             for batch in obstore.list(self._store, prefix=key or None):
                 for o in batch:
+                    seen += 1
                     info = self._info(o)
                     if info.path:
                         yield info
         except (BaseError, OSError) as exc:
             self._fail("list", key, exc)
+        finally:
+            STORAGE_REQUESTS.add("list", _pages(seen))
+
+    def list_after(
+        self, path: str, after: str | None = None, before: str | None = None
+    ) -> builtins.list[FileInfo]:
+        """See ``Storage.list_after``: a flat listing of ``path/`` from the key after ``after``
+        (S3 ``start-after``, obstore's ``offset``), read lazily and left as soon as a name reaches
+        ``before``, so a bounded listing of an unchanged folder is one request.
+
+        Names ``<= after`` are dropped here too: some stores (Azure-compatible endpoints) ignore
+        the offset and list from the start. A sub-folder met on the way is skipped by listing
+        again from past its last key (one more request) when the store has honoured offsets so
+        far, else by reading on.
+        """
+        key = self._loc.key(path)
+        folder = f"{key}/" if key else ""
+        out: builtins.list[FileInfo] = []
+        floor = after  # names <= floor are known or skipped
+        honoured = True  # the store started every listing after its offset so far
+        while True:
+            # "", "." and ".." are not key segments (obstore refuses them): those list from the start
+            sendable = floor is not None and floor not in ("", ".", "..") and "/" not in floor
+            offset = folder + floor if sendable and floor is not None else None
+            restart: str | None = None
+            seen = 0
+            try:
+                pages = obstore.list(self._store, prefix=folder or None, offset=offset, chunk_size=_PAGE)
+                for batch in pages:
+                    for o in batch:
+                        seen += 1
+                        name = str(o["path"])[len(folder):]
+                        if floor is not None and name <= floor:
+                            honoured = honoured and offset is None
+                            continue
+                        head, slash, _ = name.partition("/")
+                        if before is not None and head >= before:
+                            return out
+                        if not slash:
+                            out.append(self._info(o))
+                        elif honoured:
+                            restart = head + "/" + _LAST_CHAR
+                            break
+                    if restart is not None:
+                        break
+            except (BaseError, OSError) as exc:
+                self._fail("list", key, exc)
+            finally:
+                STORAGE_REQUESTS.add("list", _pages(seen))
+            if restart is None:
+                return out
+            floor = restart
 
     def _info(self, o: Any) -> FileInfo:
         modified: datetime = o["last_modified"]
@@ -366,6 +489,7 @@ class ObjectStorage:
     def put_if_absent(self, path: str, data: bytes) -> None:
         """Write-once create (see the module docstring for a create whose response was lost)."""
         key = self._loc.file_key(path)
+        STORAGE_REQUESTS.add("put")
         try:
             obstore.put(self._store, key, data, mode="create")
         except AlreadyExistsError as exc:
@@ -379,6 +503,7 @@ class ObjectStorage:
         try:
             if self._head(key)["size"] != len(data):
                 return False
+            STORAGE_REQUESTS.add("get")
             return bool(obstore.get(self._store, key).bytes().to_bytes() == data)
         except FileNotFoundError:
             return False
@@ -388,10 +513,58 @@ class ObjectStorage:
     def put(self, path: str, data: bytes) -> None:
         """Atomic create-or-replace: one PUT (readers see the old object or the new one)."""
         key = self._loc.file_key(path)
+        STORAGE_REQUESTS.add("put")
         try:
             obstore.put(self._store, key, data)
         except (BaseError, OSError) as exc:
             self._fail("write", key, exc)
+
+    def read_versioned(self, path: str) -> tuple[bytes, ObjectVersion] | None:
+        """The object's bytes and the version they are (one GET, so both come from the same
+        response); ``None`` when the object is absent."""
+        key = self._loc.file_key(path)
+        STORAGE_REQUESTS.add("get")
+        try:
+            got = obstore.get(self._store, key)
+            data = got.bytes().to_bytes()
+            meta = got.meta
+        except FileNotFoundError:
+            return None
+        except (BaseError, OSError) as exc:
+            self._fail("read", key, exc)
+        return data, self._version_of(key, meta)
+
+    def _version_of(self, key: str, meta: Any) -> ObjectVersion:
+        try:
+            return ObjectVersion(meta["e_tag"], meta["version"])
+        except StorageError:
+            raise StorageError(f"{self._loc.display(key)}: the store gave no ETag or version") from None
+
+    def put_if_version(self, path: str, data: bytes, version: ObjectVersion | None) -> ObjectVersion:
+        """Write ``data`` only while the object is at ``version`` (``None``: only while absent);
+        the new version. ``PreconditionFailedError`` when the object changed, was removed or
+        (for ``None``) exists.
+
+        A write whose response was lost and that the client retried finds our own bytes and
+        counts as ours (as in ``put_if_absent``): callers make ``data`` unique to the writer
+        (the lock file names its owner) so that equal bytes cannot be someone else's write.
+        """
+        key = self._loc.file_key(path)
+        mode: PutMode = "create" if version is None else version.as_update()
+        STORAGE_REQUESTS.add("put")
+        try:
+            result = obstore.put(self._store, key, data, mode=mode)
+        except (AlreadyExistsError, PreconditionError):
+            current = self.read_versioned(path)
+            if current is not None and current[0] == data:
+                return current[1]
+            expected = "absent" if version is None else f"at version {version}"
+            raise PreconditionFailedError(
+                f"{self._loc.display(key)}: conditional write refused: the object is no longer {expected}"
+            ) from None
+        except (BaseError, OSError) as exc:
+            self._fail("conditional write", key, exc)
+        return self._version_of(key, result)
 
     def create_if_absent(self, path: str) -> ObjectWriteOnceFile:
         """Stream a write-once file through a local temp file (see ``ObjectWriteOnceFile``)."""
@@ -408,6 +581,7 @@ class ObjectStorage:
         # lookup, then a multipart upload (an upload that fails leaves no object behind).
         if self.exists(path):
             raise FileAlreadyExistsError(f"{self._loc.display(key)}: already exists")
+        STORAGE_REQUESTS.add("put")  # a multipart upload: its requests count as one
         try:
             obstore.put(self._store, key, Path(temp))
         except (BaseError, OSError) as exc:
@@ -423,6 +597,7 @@ class ObjectStorage:
             return False
         except (BaseError, OSError) as exc:
             self._fail("lookup", key, exc)
+        STORAGE_REQUESTS.add("delete")
         try:
             obstore.delete(self._store, key)
         except FileNotFoundError:
@@ -432,6 +607,7 @@ class ObjectStorage:
         return True
 
     def _read_at(self, key: str, offset: int, length: int) -> bytes:
+        STORAGE_REQUESTS.add("get")
         try:
             return obstore.get_range(self._store, key, start=offset, length=length).to_bytes()
         except (BaseError, OSError) as exc:

@@ -10,9 +10,11 @@ Grammar of a relative path: ``segment ("/" segment)*``; the empty string is the 
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import errno
 import os
+import threading
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
@@ -27,9 +29,11 @@ if TYPE_CHECKING:
 
 __all__ = [
     "OBJECT_STORE_SCHEMES",
+    "STORAGE_REQUESTS",
     "FileInfo",
     "LocalStorage",
     "LocalWriteOnceFile",
+    "RequestCounter",
     "Storage",
     "WriteOnceFile",
     "storage_for",
@@ -53,6 +57,36 @@ class FileInfo:
         return self.path.rsplit("/", 1)[-1]
 
 
+class RequestCounter:
+    """Requests sent to object stores, by operation (``list``, ``get``, ``head``, ``put``,
+    ``delete``): what a deployment pays for and what throttling counts. Thread-safe; the daemon
+    reads it for its metrics.
+
+    Counted where ``hoodied.hoodie.object_storage`` sends a request: one per listing page
+    (up to 1,000 entries; a listing that stops early counts the pages it fetched), one per
+    GET, ranged GET, HEAD, PUT and DELETE; retries inside the client are not seen. Local
+    storage counts nothing: its calls are system calls, nothing is billed or throttled, and
+    the local poll path (one ``stat`` per table) stays free of a lock.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counts: dict[str, int] = {}
+
+    def add(self, operation: str, n: int = 1) -> None:
+        with self._lock:
+            self._counts[operation] = self._counts.get(operation, 0) + n
+
+    def snapshot(self) -> dict[str, int]:
+        """The counts so far (a copy), by operation."""
+        with self._lock:
+            return dict(self._counts)
+
+
+#: The process's object-store requests (one counter: every table's storage adds to it).
+STORAGE_REQUESTS = RequestCounter()
+
+
 @runtime_checkable
 class Storage(Protocol):
     """Relative-path file access rooted at a base path."""
@@ -73,6 +107,15 @@ class Storage(Protocol):
     def list(self, path: str = "") -> list[FileInfo]: ...
 
     def walk(self, path: str = "") -> Iterator[FileInfo]: ...
+
+    def list_after(
+        self, path: str, after: str | None = None, before: str | None = None
+    ) -> builtins.list[FileInfo]:
+        """The files (not folders) directly in folder ``path`` whose names sort after ``after``
+        and before ``before`` (each bound exclusive, ``None`` = open), in name order; an absent
+        folder lists as empty. Names compare as code points, which is the byte order of their
+        UTF-8 keys on an object store (one request there for up to 1,000 names)."""
+        ...
 
     def put_if_absent(self, path: str, data: bytes) -> None: ...
 
@@ -252,6 +295,17 @@ class LocalStorage:
                 yield from self.walk(info.path)
             else:
                 yield info
+
+    def list_after(
+        self, path: str, after: str | None = None, before: str | None = None
+    ) -> builtins.list[FileInfo]:
+        """See ``Storage.list_after``: one ``scandir``, filtered and sorted here."""
+        out = [
+            i for i in self.list(path)
+            if not i.is_dir and (after is None or i.name > after) and (before is None or i.name < before)
+        ]
+        out.sort(key=lambda i: i.name)
+        return out
 
     def _write_temp(self, target: str, data: bytes) -> str:
         """``data`` durably in a fresh temp file beside ``target``; returns its path."""

@@ -1,7 +1,10 @@
 """Table lock implementations: Redis (shared by hosts) and a local file lock (one host).
 
 Both implement ``hoodie.locks.TableLock``, the synchronous interface the timeline writer
-takes; ``lock_from_option`` turns the CLI's ``--lock`` value into one of them.
+takes; ``lock_from_option`` turns the CLI's ``--lock`` value into one of them or into
+Hudi's storage-based lock of a table on an object store (``service.storage_lock``):
+``auto`` (the default) takes the file lock for a table on a local file system and the
+storage-based lock for a table on an object store, where a file lock cannot work.
 
 Redis lock protocol (one key per table, ``hoodie.locks.lock_key``):
 
@@ -56,9 +59,11 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 
-from hoodied.hoodie.errors import StorageError
+from hoodied.hoodie.errors import LockConfigError, StorageError
 from hoodied.hoodie.locks import LockBackendError, LockSettings, TableLockBase, lock_key
+from hoodied.hoodie.object_storage import ObjectStorage
 from hoodied.hoodie.storage import Storage
+from hoodied.service.storage_lock import StorageBasedLock
 
 log = logging.getLogger(__name__)
 
@@ -427,11 +432,31 @@ def lock_from_option(
 ) -> tuple[TableLockBase, RedisLockFactory | None]:
     """``--lock`` value -> (lock, factory to close afterwards or ``None``).
 
-    ``local`` is the file lock; ``redis://HOST:PORT/DB`` (or ``rediss://``) the Redis lock.
+    ``auto`` is ``local`` for a table on a local file system and ``storage`` for a table on an
+    object store; ``local`` is the file lock; ``storage`` Hudi's storage-based lock (the
+    ``.hoodie/.locks/table_lock.json`` of ``StorageBasedLockProvider``); ``redis://HOST:PORT/DB``
+    (or ``rediss://``) the Redis lock. A lock that cannot work on the table is refused with
+    ``LockConfigError`` before anything is locked.
     """
+    if option == "auto":
+        option = "storage" if isinstance(storage, ObjectStorage) else "local"
     if option == "local":
+        if storage.local_path() is None:
+            raise LockConfigError(
+                f"--lock local: {storage.base_uri} is not on a local file system, where a file lock works; "
+                "use --lock storage (Hudi's StorageBasedLockProvider), a redis:// URL or auto"
+            )
         return LocalFileLock(storage, settings), None
+    if option == "storage":
+        if not isinstance(storage, ObjectStorage):
+            raise LockConfigError(
+                f"--lock storage: {storage.base_uri} is not on an object store (s3://, gs://, az://), "
+                "where Hudi's storage-based lock works; use --lock local, a redis:// URL or auto"
+            )
+        return StorageBasedLock(storage, settings), None
     if option.startswith(("redis://", "rediss://", "unix://")):
         factory = RedisLockFactory(option, settings)
         return factory.lock(storage.base_uri), factory
-    raise ValueError(f"--lock {option!r}: expected 'local' or a redis://HOST:PORT/DB URL")
+    raise ValueError(
+        f"--lock {option!r}: expected 'local' or a redis://HOST:PORT/DB URL, or 'storage' or 'auto'"
+    )

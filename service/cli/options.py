@@ -1,7 +1,9 @@
 """Options and small helpers the ``hoodied`` commands share.
 
 ``lock_options`` adds the table-lock options of every command that writes the timeline:
-``--lock local`` (a file lock under ``.hoodie/.locks``, one host) or ``--lock redis://HOST:PORT/DB``.
+``--lock auto`` (the default: ``local`` for a local table, ``storage`` for a table on an object store),
+``--lock local`` (a file lock under ``.hoodie/.locks``, one host), ``--lock storage`` (Apache Hudi's
+``StorageBasedLockProvider`` lock file) or ``--lock redis://HOST:PORT/DB``.
 Apache Hudi writers running beside hoodied must use the same lock for plans and completions to be
 serialized with theirs. ``parse_key_values`` reads repeatable ``KEY=VALUE`` options;
 ``progress_bar`` / ``terminal_progress`` draw a job's progress on standard error.
@@ -27,9 +29,11 @@ def lock_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         click.option(
             "--lock",
             "lock_option",
-            default="local",
+            default="auto",
             show_default=True,
-            help="Table lock: 'local' (file lock in .hoodie/.locks) or redis://HOST:PORT/DB.",
+            help="Table lock: 'auto' ('local' for a table on a local file system, 'storage' on an object "
+            "store), 'local' (file lock in .hoodie/.locks, one host), 'storage' (Apache Hudi's "
+            "StorageBasedLockProvider lock file .hoodie/.locks/table_lock.json) or redis://HOST:PORT/DB.",
         ),
         click.option(
             "--lock-wait-ms",

@@ -21,8 +21,13 @@ import pyarrow.parquet as pq
 import pytest
 from obstore.store import MemoryStore, S3Store
 
-from hoodied.hoodie.errors import FileAlreadyExistsError, StorageError, TableNotFoundError
-from hoodied.hoodie.object_storage import ObjectStorage, ObjectStoreSettings
+from hoodied.hoodie.errors import (
+    FileAlreadyExistsError,
+    PreconditionFailedError,
+    StorageError,
+    TableNotFoundError,
+)
+from hoodied.hoodie.object_storage import ObjectStorage, ObjectStoreSettings, ObjectVersion
 from hoodied.hoodie.storage import storage_for
 from hoodied.hoodie.table import HoodieTable
 from tests.helpers.fixtures import require_fixture, unzip_table
@@ -199,6 +204,64 @@ def test_failed_upload_leaves_no_object_and_no_temp_file(s3_env: MotoServer) -> 
     assert "\n" not in str(err.value) and f"{bucket}-missing" in str(err.value)
     assert _temp_files() == before
     assert not storage.exists("p/f.parquet")
+
+
+# ---------------------------------------------------------------- versioned reads, conditional overwrites
+
+
+def test_conditional_overwrite_follows_the_version(storage: ObjectStorage) -> None:
+    path = ".hoodie/.locks/table_lock.json"
+    assert storage.read_versioned(path) is None
+    v1 = storage.put_if_version(path, b"one", None)  # a conditional create
+    with pytest.raises(PreconditionFailedError, match=r"table_lock\.json: conditional write refused.*absent"):
+        storage.put_if_version(path, b"other", None)
+    assert storage.read_versioned(path) == (b"one", v1)
+    v2 = storage.put_if_version(path, b"two", v1)
+    assert v2 != v1
+    # a writer still holding v1 is refused (S3 and Azure If-Match, GCS generation match): 412 everywhere
+    with pytest.raises(PreconditionFailedError, match="no longer at version"):
+        storage.put_if_version(path, b"stale", v1)
+    assert storage.read_versioned(path) == (b"two", v2)
+    # an If-Match on an object that is gone is refused too, not turned into a create
+    assert storage.delete(path)
+    with pytest.raises(PreconditionFailedError):
+        storage.put_if_version(path, b"revived", v2)
+    assert storage.read_versioned(path) is None
+
+
+def test_a_retried_conditional_write_finds_its_own_bytes(storage: ObjectStorage) -> None:
+    """A write whose response was lost is retried by the client and then fails its precondition
+    on our own object: equal bytes count as ours, and the caller gets the object's version."""
+    v1 = storage.put_if_version("f.json", b"a", None)
+    v2 = storage.put_if_version("f.json", b"b-by-me", v1)
+    assert storage.put_if_version("f.json", b"b-by-me", v1) == v2
+    with pytest.raises(PreconditionFailedError):
+        storage.put_if_version("f.json", b"b-by-someone-else", v1)
+
+
+def test_racing_conditional_overwrites_exactly_one_wins(storage: ObjectStorage) -> None:
+    writers = 8
+    version = storage.put_if_version("counter", b"0", None)
+    for round_ in range(1, 6):
+        barrier = threading.Barrier(writers)
+
+        def bump(
+            i: int, base: ObjectVersion = version, barrier: threading.Barrier = barrier, round_: int = round_
+        ) -> ObjectVersion | None:
+            barrier.wait()
+            try:
+                return storage.put_if_version("counter", f"{round_} by {i}".encode(), base)
+            except PreconditionFailedError:
+                return None
+
+        with ThreadPoolExecutor(writers) as pool:
+            results = list(pool.map(bump, range(writers)))
+        winners = [i for i, r in enumerate(results) if r is not None]
+        assert len(winners) == 1, results
+        found = storage.read_versioned("counter")
+        assert found is not None
+        data, version = found
+        assert data == f"{round_} by {winners[0]}".encode() and version == results[winners[0]]
 
 
 # ---------------------------------------------------------------- errors, URIs, pickling
