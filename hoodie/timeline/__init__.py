@@ -3,8 +3,10 @@
 The face: the value types (``Instant``, ``Action``, ``State``; Hudi's ``HoodieInstant``), the
 active timeline (``Timeline``; ``HoodieActiveTimeline``), its writer (``TimelineWriter``) and
 time generator (``TrueTime``; ``TimeGenerator``), and the instant-time grammar. Plans, commit
-metadata and the LSM history are imported from ``hoodie.timeline.plans``,
-``hoodie.timeline.commit_metadata`` and ``hoodie.timeline.history``.
+metadata, the LSM history and its writer are imported from ``hoodie.timeline.plans``,
+``hoodie.timeline.commit_metadata``, ``hoodie.timeline.history`` and ``hoodie.timeline.archive_writer``;
+the archived timeline of table version 6 (``.hoodie/archived`` log files) from
+``hoodie.timeline.archived_v6``.
 """
 
 from hoodied.hoodie.timeline.active import Timeline

@@ -112,7 +112,14 @@ FACES: dict[str, list[str]] = {
     ],
     "hoodied.hoodie.actions": ["TableService", "is_table_service", "service_of"],
     "hoodied.hoodie.demo": ["TableSpec", "TableWriter", "create_demo_table", "create_table"],
-    "hoodied.executors": ["CleanResult", "RollbackResult", "execute_clean", "execute_rollback"],
+    "hoodied.executors": [
+        "ArchivalResult",
+        "CleanResult",
+        "RollbackResult",
+        "execute_archival",
+        "execute_clean",
+        "execute_rollback",
+    ],
     "hoodied.planners": [
         "FailedAttempt",
         "find_failed_attempts",

@@ -1,0 +1,278 @@
+"""Archiving the active timeline of a data table: into its LSM timeline history (versions 8 and
+9) or its ``.hoodie/archived`` log files (version 6).
+
+Hudi writers archive after each commit only while they run their table services; with the
+services handed to hoodied, this executor does it, as ``TimelineArchiverV2.archiveIfRequired``:
+
+1. under the table lock, load the active timeline and call the planner the caller gives
+   (``planners.archival.archival_planner``, which also reads the metadata table's latest
+   compaction; executors do not import planners, the service layer joins the two);
+2. write the history first (``hoodie.timeline.archive_writer``): one level-0 parquet layer of
+   the archived instants, a new manifest, then ``_version_``; left-over marker folders of the
+   archived instants are deleted (``deleteAnyLeftOverMarkers``);
+3. delete the archived instants' active files in Hudi's order (``deleteArchivedActions``): every
+   requested and inflight file first, then the completed files in ascending requested time.
+   Removing a completed file first would make its instant look pending again (a compaction
+   would be re-run); removing them in order never leaves a hole before a kept instant;
+4. compact full LSM levels and clean old snapshots (``LSMTimelineWriter.compactAndClean``).
+
+Re-running after a crash converges: the history is committed before any active file goes,
+and an active completed instant that the history already holds can only be the leftover of an
+interrupted deletion, so its files are deleted (in the same order) before planning. The layer
+of a re-run with the same instants is recognised as committed and not written twice; one with
+other instants may repeat rows, which readers (Hudi's and ``History``) read once.
+
+Table version 6 (timeline layout 1) is archived as Hudi 0.14 / 0.15's ``HoodieTimelineArchiver``
+does on storage without append (``hoodie.timeline.archived_v6``): under the lock, one new
+``.hoodie/archived/.commits_.archive.<N+1>_1-0-1`` log file holding a ``HoodieArchivedMetaEntry``
+for every timeline file of the archived instants is written once (the commit point), left-over
+markers are deleted, then the active files in the same order as above. An instant counts as
+archived when the newest archive file holds a completed record of it (same requested time and
+action family); a re-run first deletes the files of such instants still on the active timeline, and
+the planner never sees them again, so nothing is archived twice (``HoodieArchivedTimeline``
+would list a duplicate record twice). Merging small archive files (``hoodie.archive.merge.enable``,
+default off) is not done. Crash points: ``PAUSE_POINTS`` (layout 2), ``PAUSE_POINTS_V6``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Generic, Protocol, TypeVar
+
+from hoodied.hoodie.crashpoints import crash_point
+from hoodied.hoodie.locks import TableLock
+from hoodied.hoodie.markers import MARKER_FOLDER
+from hoodied.hoodie.properties import TableConfig
+from hoodied.hoodie.storage import Storage
+from hoodied.hoodie.timeline.active import Timeline
+from hoodied.hoodie.timeline.archive_writer import (
+    DEFAULT_COMPACTION_BATCH,
+    HistoryWriter,
+    LsmRow,
+    lsm_row,
+    require_lsm_history,
+)
+from hoodied.hoodie.timeline.archived_v6 import (
+    DEFAULT_ARCHIVAL_BATCH,
+    ArchivedTimelineV6,
+    meta_entries,
+    write_archive_file,
+)
+from hoodied.hoodie.timeline.history import History
+from hoodied.hoodie.timeline.instant import COMPLETED_ACTION, Instant, State
+
+__all__ = ["PAUSE_POINTS", "PAUSE_POINTS_V6", "ArchivalDecision", "ArchivalResult", "execute_archival"]
+
+log = logging.getLogger(__name__)
+
+
+class ArchivalDecision(Protocol):
+    """What a planner (``planners.archival.plan_archival``) decided: the instants to archive."""
+
+    @property
+    def instants(self) -> Sequence[Instant]: ...
+
+    def summary(self) -> str: ...
+
+
+P = TypeVar("P", bound=ArchivalDecision)
+
+#: Where a test can stop the archival (``HOODIED_TEST_PAUSE_AT``), in the order they are met.
+PAUSE_POINTS = (
+    "archive-layer-written",
+    "archive-manifest-written",
+    "archive-history-committed",
+    "archive-pending-deleted",
+    "archive-completed-half",
+    "archive-active-deleted",
+    "archive-compacted-written",
+    "archive-clean-manifests-deleted",
+)
+#: The crash points of a version-6 archival, in order.
+PAUSE_POINTS_V6 = (
+    "archive-log-written",
+    "archive-pending-deleted",
+    "archive-completed-half",
+    "archive-active-deleted",
+)
+
+
+@dataclass(slots=True)
+class ArchivalResult(Generic[P]):
+    """What one archival did (``dry_run``: what it would do)."""
+
+    plan: P
+    dry_run: bool = False
+    layer: str | None = None
+    """The level-0 history file (version 6: the archive log file) written (``None``: nothing
+    written, or already there)."""
+    deleted: list[str] = field(default_factory=list)
+    """Active timeline files deleted (relative paths)."""
+    recovered: list[str] = field(default_factory=list)
+    """Requested times whose deletion an interrupted run had left unfinished."""
+    compacted: list[str] = field(default_factory=list)
+    """History files written by the LSM compaction."""
+
+    def summary(self) -> str:
+        head = "dry run: " if self.dry_run else ""
+        text = head + self.plan.summary()
+        if self.recovered:
+            verb = "would finish" if self.dry_run else "finished"
+            text += f"; {verb} {len(self.recovered)} instants of an interrupted archival"
+        if self.layer:
+            text += f"; wrote {self.layer}"
+        if self.deleted:
+            text += f", deleted {len(self.deleted)} timeline files"
+        if self.compacted:
+            text += f", compacted into {', '.join(self.compacted)}"
+        return text
+
+
+def _row(storage: Storage, timeline: Timeline, inst: Instant) -> LsmRow:
+    files = timeline.state_files(inst)
+    contents = {state: storage.read(path) for state, path in files.items()}
+    completed_action = COMPLETED_ACTION.get(inst.action, inst.action)
+    return lsm_row(inst.requested_time, inst.action, completed_action, inst.completion_time, contents)
+
+
+def _delete_files(
+    storage: Storage, lock: TableLock, timeline: Timeline, instants: Iterable[Instant]
+) -> list[str]:
+    """Hudi's order: all requested/inflight files, then completed files in ascending requested time."""
+    ordered = sorted(instants, key=lambda i: i.requested_time)
+    deleted: list[str] = []
+    for inst in ordered:
+        for state in (State.REQUESTED, State.INFLIGHT):
+            path = timeline.state_files(inst).get(state)
+            if path is not None:
+                lock.ensure_held()
+                if storage.delete(path):
+                    deleted.append(path)
+    crash_point("archive-pending-deleted")
+    half = len(ordered) // 2
+    for n, inst in enumerate(ordered):
+        if n == half:
+            crash_point("archive-completed-half")
+        path = timeline.state_files(inst).get(State.COMPLETED)
+        if path is not None:
+            lock.ensure_held()
+            if storage.delete(path):
+                deleted.append(path)
+    return deleted
+
+
+def _delete_markers(storage: Storage, lock: TableLock, requested_time: str) -> None:
+    """Left-over marker folder of an archived instant (``deleteAnyLeftOverMarkers``)."""
+    folder = f"{MARKER_FOLDER}/{requested_time}"
+    files = [i.path for i in storage.walk(folder) if not i.is_dir]
+    for path in files:
+        lock.ensure_held()
+        storage.delete(path)
+    if files:
+        log.info("%s: deleted %d left-over markers", folder, len(files))
+
+
+def execute_archival(
+    storage: Storage,
+    config: TableConfig,
+    lock: TableLock,
+    planner: Callable[[Timeline], P],
+    *,
+    compaction_batch_size: int = DEFAULT_COMPACTION_BATCH,
+    archival_batch_size: int = DEFAULT_ARCHIVAL_BATCH,
+    dry_run: bool = False,
+) -> ArchivalResult[P]:
+    """Archive what ``planner`` decides on the active timeline read under ``lock`` (taken once).
+
+    ``planner`` is ``planners.archival.archival_planner(settings)`` (the service layer joins
+    them); ``compaction_batch_size`` is ``hoodie.timeline.compaction.batch.size`` (LSM history),
+    ``archival_batch_size`` ``hoodie.commits.archival.batch.size`` (version-6 archive blocks).
+    Raises ``ArchivalUnsupportedError`` for a layout-2 table below version 8, before anything is read.
+    """
+    if config.timeline_layout < 2:
+        return _execute_v6(storage, config, lock, planner, archival_batch_size, dry_run)
+    require_lsm_history(config, storage.base_uri)
+    with lock:
+        timeline = Timeline.load(storage, config)
+        history = History.load(storage, config)
+        leftovers = [i for i in timeline.completed() if history.get(i.requested_time) is not None]
+        result = ArchivalResult(planner(timeline), dry_run)
+        if dry_run:
+            result.recovered = [i.requested_time for i in leftovers]
+            return result
+        if leftovers:
+            log.warning(
+                "%d archived instants still on the active timeline (an interrupted archival): "
+                "deleting their files",
+                len(leftovers),
+            )
+            result.deleted += _delete_files(storage, lock, timeline, leftovers)
+            result.recovered = [i.requested_time for i in leftovers]
+            timeline = Timeline.load(storage, config)
+            result.plan = planner(timeline)
+        plan = result.plan
+        writer = HistoryWriter(storage, config.history_path, lock.ensure_held)
+        if not plan.instants:
+            if result.recovered:  # the interrupted run stopped before its LSM compaction
+                result.compacted = writer.compact_and_clean(compaction_batch_size)
+            log.info("%s: %s", storage.base_uri, result.summary())
+            return result
+        rows = [_row(storage, timeline, i) for i in plan.instants]
+        result.layer = writer.write_layer(rows)
+        crash_point("archive-history-committed")
+        for inst in plan.instants:
+            _delete_markers(storage, lock, inst.requested_time)
+        result.deleted += _delete_files(storage, lock, timeline, plan.instants)
+        crash_point("archive-active-deleted")
+        result.compacted = writer.compact_and_clean(compaction_batch_size)
+    log.info("%s: %s", storage.base_uri, result.summary())
+    return result
+
+
+def _execute_v6(
+    storage: Storage,
+    config: TableConfig,
+    lock: TableLock,
+    planner: Callable[[Timeline], P],
+    batch_size: int,
+    dry_run: bool,
+) -> ArchivalResult[P]:
+    """Version 6: one new ``.commits_.archive`` file, then the active files (module docstring)."""
+    if batch_size < 1:
+        raise ValueError("hoodie.commits.archival.batch.size must be at least 1")
+    with lock:
+        timeline = Timeline.load(storage, config)
+        # an interrupted run's instants are all in the newest archive file: each run writes one
+        # file, and the next run deletes the leftovers before it writes another (so the whole
+        # archive, which may be large, is never read here)
+        archived = ArchivedTimelineV6.load(storage, config, latest_only=True)
+        leftovers = [i for i in timeline.completed() if archived.holds(i)]
+        result = ArchivalResult(planner(timeline), dry_run)
+        if dry_run:
+            result.recovered = [i.requested_time for i in leftovers]
+            return result
+        if leftovers:
+            log.warning(
+                "%d archived instants still on the active timeline (an interrupted archival): "
+                "deleting their files",
+                len(leftovers),
+            )
+            result.deleted += _delete_files(storage, lock, timeline, leftovers)
+            result.recovered = [i.requested_time for i in leftovers]
+            timeline = Timeline.load(storage, config)
+            result.plan = planner(timeline)
+        plan = result.plan
+        if plan.instants:
+            records = meta_entries(storage, config, plan.instants, timeline.state_files)
+            result.layer = write_archive_file(
+                storage, config.history_path, records, batch_size=batch_size, check=lock.ensure_held
+            )
+            crash_point("archive-log-written")
+            for inst in plan.instants:
+                _delete_markers(storage, lock, inst.requested_time)
+            result.deleted += _delete_files(storage, lock, timeline, plan.instants)
+            crash_point("archive-active-deleted")
+    log.info("%s: %s", storage.base_uri, result.summary())
+    return result

@@ -1,0 +1,87 @@
+"""``hoodied archive TABLE [-o KEY=VALUE ...] [--dry-run]``: archive the active timeline.
+
+Moves the completed instants Apache Hudi's archiver would move into the table's LSM timeline
+history (table versions 8 and 9) or, for table version 6, into a new ``.hoodie/archived``
+log file as Hudi 0.14 / 0.15 writes it (``executors.archival``), under the table lock of
+``--lock``. ``-o`` takes Hudi's archival keys (``planners.archival.ArchivalSettings``):
+``hoodie.keep.min.commits`` (20), ``hoodie.keep.max.commits`` (30),
+``hoodie.archive.beyond.savepoint`` (false), ``hoodie.timeline.compaction.batch.size`` (10), and the
+cleaner and compaction-trigger keys that bound it; ``hoodie.commits.archival.batch.size`` (10)
+sets the records per block of a version-6 archive file, and ``hoodie.archive.merge.enable=true``
+is refused (merging small archive files is not supported). ``--dry-run`` prints what would be
+archived and where archival stops and why, writing nothing.
+"""
+
+from __future__ import annotations
+
+import click
+
+from hoodied.executors.archival import execute_archival
+from hoodied.hoodie.locks import LockSettings
+from hoodied.hoodie.properties import load_table_config
+from hoodied.hoodie.storage import storage_for
+from hoodied.planners.archival import ArchivalSettings, archival_planner
+from hoodied.service.cli.options import lock_options, parse_key_values
+from hoodied.service.locks import lock_from_option
+
+__all__ = ["archive"]
+
+_OPTION_HELP = (
+    "A Hudi archival option, repeatable: hoodie.keep.min.commits (20), hoodie.keep.max.commits (30), "
+    "hoodie.archive.beyond.savepoint (false), hoodie.timeline.compaction.batch.size (10), "
+    "hoodie.clean.policy, hoodie.clean.commits.retained, hoodie.clean.hours.retained, "
+    "hoodie.compact.inline.trigger.strategy, hoodie.compact.inline.max.delta.commits, "
+    "hoodie.metadata.enable, hoodie.commits.archival.batch.size (10, table version 6)."
+)
+
+
+@click.command()
+@click.argument("table")
+@click.option("--option", "-o", "options", multiple=True, metavar="KEY=VALUE", help=_OPTION_HELP)
+@click.option(
+    "--dry-run", is_flag=True, help="Print what would be archived and where it stops, write nothing."
+)
+@lock_options
+def archive(
+    table: str,
+    options: tuple[str, ...],
+    dry_run: bool,
+    lock_option: str,
+    lock_wait_ms: int,
+    lock_retries: int,
+    clock_skew_ms: int,
+) -> None:
+    """Archive old completed instants of TABLE (versions 8 and 9: LSM history; 6: .hoodie/archived).
+
+    Keeps what Apache Hudi's archiver keeps (hoodie.keep.min/max.commits, pending instants,
+    savepoints, the cleaner's retention, the compaction trigger, the metadata table's latest
+    compaction); prints the instants archived and the boundary it stopped at. Archival writes no
+    new instant, so --clock-skew-ms has no effect here."""
+    try:
+        settings = ArchivalSettings.from_options(parse_key_values(options, "--option"))
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--option") from None
+    storage = storage_for(table)
+    config = load_table_config(storage)
+    lock, factory = lock_from_option(
+        lock_option, storage, LockSettings(wait_ms=lock_wait_ms, retries=lock_retries)
+    )
+    try:
+        result = execute_archival(
+            storage,
+            config,
+            lock,
+            archival_planner(settings),
+            compaction_batch_size=settings.compaction_batch_size,
+            archival_batch_size=settings.archival_batch_size,
+            dry_run=dry_run,
+        )
+    finally:
+        if factory is not None:
+            factory.close()
+    click.echo(result.summary())
+    if dry_run:
+        for inst in result.plan.instants:
+            click.echo(f"  {inst.requested_time} {inst.action.value}")
+        for boundary in result.plan.boundaries:
+            click.echo(f"  boundary {boundary}")
