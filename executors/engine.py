@@ -15,6 +15,13 @@ Connect also serves are used (no RDD, no ``SparkContext``), so the same code run
 
 Extra Spark settings (``spark_conf``, the CLI's ``--spark-conf k=v``) are applied to either.
 
+Tables on object stores: a task receives the table's pickled ``Storage`` (its URI and client
+settings, never a secret) and builds its client from the worker's own environment, so Spark's
+Python workers need the credential variables the driver has (``AWS_*``, ``AZURE_*``,
+``GOOGLE_*``, or an instance identity). A local session's workers inherit the environment the
+driver had when it started Spark; on a cluster or a Spark Connect server they come from its
+deployment (``spark.executorEnv.*``, instance profiles).
+
 Progress: ``run_operations(progress=...)`` reports operations done / total while the job
 runs: a Spark Connect session's progress handler, or a classic session's status tracker polled
 for the job group the job runs in.

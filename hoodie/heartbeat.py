@@ -10,6 +10,11 @@ process stops working on it (so another process may take over at once).
 
 A pending table service whose heartbeat is alive belongs to a live executor and is never
 taken over; one whose heartbeat expired is a failed attempt to recover.
+
+On an object store the file is re-created by one PUT per beat and its time is the store's
+last-modified time (whole seconds on S3) compared with this host's clock, as Hudi compares a
+Hadoop file status with its own: the default interval (60 s) dwarfs both the rounding and a
+reasonable clock skew.
 """
 
 from __future__ import annotations

@@ -59,7 +59,6 @@ __all__ = [
     "Runner",
     "execute_pending",
     "recover_failed_attempt",
-    "require_local_table",
     "rollback_failed_attempt",
 ]
 
@@ -262,18 +261,3 @@ def execute_pending(
             continue
         outcomes.append(ExecuteOutcome(result.instant, ExecuteStatus.EXECUTED, result.summary(), result))
     return outcomes
-
-
-def require_local_table(table: str, command: str) -> None:
-    """Refuse ``command`` (one that writes to the table) on a table outside the local file system.
-
-    The storage layer reads and writes object stores, but the services that write there (their
-    locks, Spark tasks and crash recovery) are not proven on them yet: until they are, nothing is
-    written to such a table, and the read commands (``timeline``, ``inspect``, ``read``) work. The
-    URI alone decides, so the refusal costs no request to the store.
-    """
-    if "://" in table and not table.startswith("file://"):
-        raise UnsupportedTableError(
-            f"{table}: hoodied {command} does not write to tables on object storage yet "
-            "(timeline, inspect and read work there)"
-        )

@@ -31,7 +31,7 @@ import pyarrow as pa
 from hoodied.hoodie.demo.writer import TableSpec, create_table
 from hoodied.hoodie.errors import HoodieServiceError, UnsupportedTableError
 from hoodied.hoodie.properties import TableType
-from hoodied.hoodie.storage import LocalStorage
+from hoodied.hoodie.storage import OBJECT_STORE_SCHEMES, LocalStorage, Storage
 
 __all__ = ["CITIES", "SCHEMA", "create_demo_table"]
 
@@ -69,17 +69,33 @@ def _corrected(rows: list[dict[str, Any]], ts: int, rng: random.Random) -> list[
     ]
 
 
-def create_demo_table(path: str) -> dict[str, Any]:
-    """Create the demo table at ``path`` (a new or empty folder); returns a summary of what was written."""
+def _new_table_storage(path: str) -> Storage:
+    """Where the new table goes: a local folder (created), a ``file://`` URI, or an object store
+    prefix (``s3://``, ``gs://``, ``az://``...: nothing to create, and ``storage_for`` would
+    refuse a prefix that holds no object yet)."""
     parsed = urlparse(path)
+    if parsed.scheme in OBJECT_STORE_SCHEMES:
+        # imported here: obstore loads only for a table on an object store
+        from hoodied.hoodie.object_storage import ObjectStorage
+
+        return ObjectStorage.connect(path)
     if parsed.scheme == "file":
         path = unquote(parsed.path)
     elif "://" in path:  # never a local folder named after the scheme
-        raise UnsupportedTableError(f"{path}: the demo table is created in a local folder (a path or file://)")
+        raise UnsupportedTableError(
+            f"{path}: the demo table is created in a local folder (a path or file://) or on an object "
+            f"store ({', '.join(s + '://' for s in OBJECT_STORE_SCHEMES)})"
+        )
     os.makedirs(path, exist_ok=True)
-    storage = LocalStorage(path)
+    return LocalStorage(path)
+
+
+def create_demo_table(path: str) -> dict[str, Any]:
+    """Create the demo table at ``path`` (a new or empty folder, or an object-store prefix holding no
+    table); returns a summary of what was written."""
+    storage = _new_table_storage(path)
     if storage.exists(".hoodie"):
-        raise HoodieServiceError(f"{path}: already holds a Hudi table; choose an empty folder")
+        raise HoodieServiceError(f"{storage.base_uri}: already holds a Hudi table; choose an empty folder")
     spec = TableSpec("demo_trips", SCHEMA, "trip_id", "city", "ts", TableType.MERGE_ON_READ, 9)
     writer = create_table(storage, spec)
     rng = random.Random(20250101)
@@ -116,7 +132,7 @@ def create_demo_table(path: str) -> dict[str, Any]:
     correct(20, _START_MS + 4 * 10**6, deleted=5)
 
     return {
-        "path": os.path.abspath(path),
+        "path": storage.base_uri,
         "table_type": spec.table_type.value,
         "table_version": spec.version,
         "partitions": [f"city={c}" for c in sorted(CITIES)],

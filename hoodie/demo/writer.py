@@ -28,7 +28,6 @@ vectorised; only log records are converted to Python dicts (Avro encoding).
 
 from __future__ import annotations
 
-import io
 import json
 import logging
 import os
@@ -414,7 +413,8 @@ class TableWriter:
 
     def _read_base(self, group: _FileGroup) -> pa.Table:
         path = f"{group.partition}/{group.base_file}" if group.partition else group.base_file
-        return pq.read_table(io.BytesIO(self.storage.read(path)))
+        with self.storage.open(path) as f:  # ranged reads on an object store, not one whole download
+            return pq.read_table(f)
 
     def _winning_updates(self, old: pa.Table, updates: pa.Table) -> pa.Table:
         """Under event-time ordering, drop incoming rows whose ordering value is below the stored one."""

@@ -28,6 +28,7 @@ from hoodied.hoodie.errors import (
     UnsupportedTableError,
 )
 from hoodied.hoodie.timeline.instant import is_instant_time
+from hoodied.service.cli.archive import archive
 from hoodied.service.cli.daemon import config, run, status
 from hoodied.service.cli.schedule import schedule
 from hoodied.service.cli.services import execute, rollback
@@ -108,9 +109,9 @@ class _Group(click.Group):
 def cli(ctx: click.Context, debug: bool, log_format: str) -> None:
     """hoodied runs the table services of Apache Hudi tables.
 
-    TABLE arguments are a local path or a file:// URI of a Hudi table (table versions 6, 8, 9).
-    timeline, inspect and read also take tables on object stores (s3://, s3a://, gs://, az://,
-    abfs://, abfss://), with credentials from the standard environment (AWS_*, GOOGLE_*, AZURE_*).
+    TABLE arguments are a Hudi table (table versions 6, 8, 9) at a local path, a file:// URI or
+    an object-store URI (s3://, s3a://, gs://, az://, abfs://, abfss://), with credentials from
+    the standard environment (AWS_*, GOOGLE_*, AZURE_*); Spark tasks read them from their own.
     """
     ctx.ensure_object(dict)
     ctx.obj["debug"] = debug
@@ -231,7 +232,8 @@ def read(
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 def demo(path: str, as_json: bool) -> None:
     """Create a small real Hudi table at PATH (merge-on-read, table version 9, with updates
-    and deletes in log files) to try the other commands on. PATH must not exist yet."""
+    and deletes in log files) to try the other commands on. PATH is a new or empty local folder
+    or an object-store prefix (s3://bucket/t ...) that holds no table yet."""
     from hoodied.hoodie.demo.demo_table import create_demo_table
 
     summary = create_demo_table(path)
@@ -245,7 +247,7 @@ def demo(path: str, as_json: bool) -> None:
     )
 
 
-for _command in (execute, rollback, schedule, run, status, config):
+for _command in (execute, rollback, schedule, archive, run, status, config):
     cli.add_command(_command)
 
 

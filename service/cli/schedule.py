@@ -33,7 +33,6 @@ from hoodied.planners.log_compaction import LogCompactionSettings, schedule_log_
 from hoodied.service.cli.options import lock_options, parse_key_values
 from hoodied.service.config import ClusteringService
 from hoodied.service.locks import lock_from_option
-from hoodied.service.operations import require_local_table
 
 __all__ = ["schedule", "schedule_and_report"]
 
@@ -55,7 +54,6 @@ def schedule_and_report(
     """Run a ``schedule`` command: ``scheduler(storage, lock, settings, *, dry_run, time_settings)``
     under the ``--lock`` options, then print the new instant and the plan's summary (a dry run:
     the summary; nothing due: why)."""
-    require_local_table(table, "schedule")
     storage = storage_for(table)
     lock, factory = lock_from_option(lock_option, storage, LockSettings(wait_ms=lock_wait_ms,
                                                                          retries=lock_retries))

@@ -3,7 +3,8 @@
 ``rollback TABLE --instant T``: roll back a failed attempt of a pending table service
 (compaction, log compaction, clustering; indexing is aborted instead, as Hudi's
 ``RunIndexActionExecutor.abort`` does): ``service.operations.rollback_failed_attempt``. A live
-attempt (heartbeat not expired) is refused unless ``--force``.
+attempt (heartbeat not expired, judged with ``--heartbeat-interval-ms`` as ``execute`` does) is
+refused unless ``--force``.
 
 ``execute TABLE [--instant T]``: run pending instants, whoever requested them (a plan written by
 Apache Hudi included): all of them, oldest first, or the one given
@@ -13,7 +14,9 @@ which starts Spark only when one of them is pending), a failed attempt rolled ba
 pending instants (a data write in progress, its writer's rollback) are listed and left untouched;
 a clean whose heartbeat is alive belongs to another executor and is skipped.
 
-Both take the lock options of ``service.cli.options.lock_options``.
+Both take the lock options of ``service.cli.options.lock_options``, and a TABLE on a local file
+system or an object store (``hoodie.storage.storage_for``: ``s3://``, ``az://``, ...; a missing
+bucket or refused credentials are a ``StorageError``, one line and exit code 6).
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from hoodied.hoodie.timeline.instant import require_instant_time
 from hoodied.hoodie.timeline.truetime import TimeSettings
 from hoodied.service.cli.options import lock_options, parse_key_values, terminal_progress
 from hoodied.service.locks import lock_from_option
-from hoodied.service.operations import execute_pending, require_local_table, rollback_failed_attempt
+from hoodied.service.operations import execute_pending, rollback_failed_attempt
 from hoodied.service.spark_jobs import SPARK_SERVICES, SparkRunner
 
 __all__ = ["execute", "rollback"]
@@ -38,11 +41,15 @@ __all__ = ["execute", "rollback"]
 @click.argument("table")
 @click.option("--instant", "instant_time", required=True, help="Requested time of the failed table service.")
 @click.option("--force", is_flag=True, help="Roll back even when its heartbeat is still alive.")
+@click.option("--heartbeat-interval-ms", type=click.IntRange(min=10), default=DEFAULT_INTERVAL_MS,
+              show_default=True,
+              help="hoodie.client.heartbeat.interval_in_ms of the failed attempt's executor.")
 @lock_options
 def rollback(
     table: str,
     instant_time: str,
     force: bool,
+    heartbeat_interval_ms: int,
     lock_option: str,
     lock_wait_ms: int,
     lock_retries: int,
@@ -55,7 +62,6 @@ def rollback(
     (its metadata-table partition is dropped). The service is then requested again with its
     unchanged plan."""
     require_instant_time(instant_time)
-    require_local_table(table, "rollback")
     storage = storage_for(table)
     settings = LockSettings(wait_ms=lock_wait_ms, retries=lock_retries)
     lock, factory = lock_from_option(lock_option, storage, settings)
@@ -65,6 +71,7 @@ def rollback(
             instant_time,
             lock,
             force=force,
+            heartbeat_interval_ms=heartbeat_interval_ms,
             time_settings=TimeSettings(max_expected_clock_skew_ms=clock_skew_ms),
         )
     finally:
@@ -101,7 +108,6 @@ def execute(table: str, instant_time: str | None, parallelism: int, heartbeat_in
     if instant_time is not None:
         require_instant_time(instant_time)
     spark_settings = parse_key_values(spark_conf, "--spark-conf")
-    require_local_table(table, "execute")
     storage = storage_for(table)
     settings = LockSettings(wait_ms=lock_wait_ms, retries=lock_retries)
     lock, factory = lock_from_option(lock_option, storage, settings)
