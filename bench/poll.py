@@ -32,6 +32,24 @@ poll, set high enough that nothing is due), it measures:
   path: poll, dispatch, lease, timeline reload). The executor is a stand-in that records the
   moment and removes the requested file (nothing is cleaned).
 
+``--storage s3`` measures the same daemon on S3 instead: it starts a moto server
+(``moto_server``, from ``moto[server]``) on a free loopback port, points the standard ``AWS_*``
+variables at it (dummy credentials), uploads ``hoodie.properties`` and the timeline folder of
+the template as the ``--tables`` tables of one bucket (the poll reads nothing else), and
+measures, for the largest count N:
+
+* ``s3_first_cycle_seconds_<N>`` and ``s3_first_cycle_requests_per_table_<N>``: the cold cycle;
+* ``s3_cycle_seconds_<N>`` (median of ``--cycles``) and ``s3_cycle_requests_per_table_<N>``
+  (``list``/``get``/``head``, from ``hoodie.storage.STORAGE_REQUESTS``): steady cycles;
+* ``s3_relist_cycle_seconds_<N>`` / ``s3_relist_cycle_requests_per_table_<N>``: a cycle where
+  every table is due for its periodic full re-listing;
+* ``s3_new_cycle_seconds_<N>`` / ``s3_new_cycle_requests_<N>``: the cycle after ``--new`` tables
+  each got one completed delta commit;
+* references in the same run: ``s3_reference_list_seconds_<N>`` (one plain obstore delimiter
+  listing of every timeline folder, one thread) and ``s3_reference_list_threads_seconds_<N>``
+  (the same over ``concurrency.poll_threads`` threads, as the daemon polls), with
+  ``s3_reference_list_requests_per_table_<N>`` (what the server logged for them).
+
 Prints ONE JSON line with these keys (``cycle_seconds_1000``, ``cycle_seconds_10000``,
 ``cycle_cpu_seconds_1000``, ``idle_cpu_fraction``, ``poll_interval_seconds``,
 ``dispatch_p50_seconds``, ``dispatch_p99_seconds``, ...). Goals on 2 cores: 1,000 tables under
@@ -47,9 +65,13 @@ import logging
 import os
 import random
 import shutil
+import socket
 import statistics
+import subprocess
 import tempfile
 import time
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -59,7 +81,7 @@ import pyarrow as pa
 
 from hoodied.hoodie.demo.writer import TableSpec, create_table
 from hoodied.hoodie.properties import TableType, load_table_config
-from hoodied.hoodie.storage import LocalStorage
+from hoodied.hoodie.storage import STORAGE_REQUESTS, LocalStorage
 from hoodied.hoodie.timeline.active import Timeline, datetime_to_instant_time
 from hoodied.hoodie.timeline.instant import Action
 from hoodied.service.config import DaemonConfig, load_config
@@ -282,6 +304,185 @@ def measure_idle_and_dispatch(
     return out
 
 
+# ---------------------------------------------------------------------------- S3 (moto)
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def start_moto(workdir: Path) -> tuple[subprocess.Popen[bytes], str, Path]:
+    """A moto S3 server on a free loopback port: (process, endpoint, its request log)."""
+    binary = shutil.which("moto_server", path=str(Path(__file__).resolve().parents[1] / ".venv" / "bin"))
+    binary = binary or shutil.which("moto_server")
+    if binary is None:
+        raise SystemExit("moto_server is not installed (pip install 'moto[server]')")
+    port = _free_port()
+    log = workdir / "moto.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen([binary, "-H", "127.0.0.1", "-p", str(port)], stdout=out,
+                                stderr=subprocess.STDOUT)
+    endpoint = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            urllib.request.urlopen(f"{endpoint}/moto-api/", timeout=1).close()  # noqa: S310 - loopback
+            break
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()
+                tail = log.read_text(errors="replace")[-500:]
+                raise SystemExit(f"moto_server did not start: {tail}") from None
+            time.sleep(0.1)
+    # the standard variables, as a deployment sets them; moto takes any credentials
+    os.environ.update({"AWS_ENDPOINT_URL": endpoint, "AWS_ALLOW_HTTP": "true", "AWS_REGION": "us-east-1",
+                       "AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench-secret"})
+    for name in ("AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        os.environ.pop(name, None)
+    return proc, endpoint, log
+
+
+def upload_timelines(template: Path, bucket: str, count: int, endpoint: str) -> list[str]:
+    """``count`` tables in ``bucket``, each ``hoodie.properties`` + the template's timeline files."""
+    import obstore
+    from obstore.store import S3Store
+
+    urllib.request.urlopen(urllib.request.Request(f"{endpoint}/{bucket}", method="PUT"), timeout=10).close()  # noqa: S310
+    store = S3Store.from_url(f"s3://{bucket}")
+    files = [(".hoodie/hoodie.properties", (template / ".hoodie" / "hoodie.properties").read_bytes())]
+    timeline = sorted(p for p in _timeline_dir(template).iterdir() if p.is_file())
+    files += [(f".hoodie/timeline/{p.name}", p.read_bytes()) for p in timeline]
+    uris = [f"s3://{bucket}/lake/t{i:05d}" for i in range(count)]
+
+    async def put_all() -> None:
+        limit = anyio.Semaphore(32)
+
+        async def one(key: str, data: bytes) -> None:
+            async with limit:
+                await obstore.put_async(store, key, data)
+
+        async with anyio.create_task_group() as tg:
+            for i in range(count):
+                for rel, data in files:
+                    tg.start_soon(one, f"lake/t{i:05d}/{rel}", data)
+
+    anyio.run(put_all)
+    return uris
+
+
+def _per_table(before: dict[str, int], after: dict[str, int], n: int) -> dict[str, float]:
+    return {op: round((after.get(op, 0) - before.get(op, 0)) / n, 3)
+            for op in sorted(after) if after.get(op, 0) != before.get(op, 0)}
+
+
+def _list_requests(log: Path, mark: int) -> tuple[int, int]:
+    """(LIST requests moto logged since line ``mark``, the new mark)."""
+    time.sleep(0.5)  # moto logs after answering
+    lines = log.read_text(errors="replace").splitlines()
+    return sum(1 for line in lines[mark:] if "list-type=2" in line), len(lines)
+
+
+def measure_s3(template: Path, count: int, cycles: int, new: int, workdir: Path) -> dict[str, Any]:
+    import obstore
+    from obstore.store import S3Store
+
+    proc, endpoint, log = start_moto(workdir)
+    try:
+        t0 = time.perf_counter()
+        uris = upload_timelines(template, "poll-bench", count, endpoint)
+        out: dict[str, Any] = {"s3_tables": count, "s3_upload_seconds": round(time.perf_counter() - t0, 1)}
+        never = {"clean": {"trigger_commits": NEVER}, "compaction": {"delta_commits": NEVER}}
+        settings = load_config(overrides={
+            "tables": uris, "http": "off", "clock_skew_ms": 0, "log": {"format": "json", "level": "WARNING"},
+            "defaults": {"services": never},
+        })
+        daemon = Daemon(settings, once=True)
+        n = count
+
+        async def cycle() -> tuple[float, dict[str, float]]:
+            before = STORAGE_REQUESTS.snapshot()
+            w0 = time.perf_counter()
+            await daemon.poll_cycle()
+            return time.perf_counter() - w0, _per_table(before, STORAGE_REQUESTS.snapshot(), n)
+
+        async def run() -> None:
+            wall, cost = await cycle()
+            assert all(ts.poll is not None for ts in daemon.tables.values()), "a table failed to poll"
+            out[f"s3_first_cycle_seconds_{n}"] = round(wall, 3)
+            out[f"s3_first_cycle_requests_per_table_{n}"] = cost
+            # the periodic full re-listing (about every RELIST_S per table) is measured apart below:
+            # keep it out of the steady cycles, which a slow first cycle would otherwise reach
+            for ts in daemon.tables.values():
+                assert ts.poll is not None
+                ts.poll.relist_at = time.monotonic() + RELIST_S
+            walls, costs = [], []
+            for _ in range(cycles):
+                wall, cost = await cycle()
+                walls.append(wall)
+                costs.append(cost)
+            out[f"s3_cycle_seconds_{n}"] = round(statistics.median(walls), 4)
+            out[f"s3_cycle_requests_per_table_{n}"] = costs[-1]
+            assert all(c == costs[0] for c in costs), costs
+            for ts in daemon.tables.values():
+                assert ts.poll is not None
+                ts.poll.relist_at = 0.0
+            wall, cost = await cycle()
+            out[f"s3_relist_cycle_seconds_{n}"] = round(wall, 4)
+            out[f"s3_relist_cycle_requests_per_table_{n}"] = cost
+            store = S3Store.from_url("s3://poll-bench")
+            first = daemon.tables[uris[0]].poll
+            assert first is not None
+            instants = len(first.timeline)
+            changed = random.Random(n).sample(uris, min(new, n))
+            for uri in changed:
+                t = _now_instant()
+                prefix = uri.removeprefix("s3://poll-bench/") + "/.hoodie/timeline"
+                for name in (f"{t}.deltacommit.requested", f"{t}.deltacommit.inflight"):
+                    obstore.put(store, f"{prefix}/{name}", b"")
+                sample = next(p for p in _timeline_dir(template).iterdir()
+                              if p.name.endswith(".deltacommit") and "_" in p.name)
+                obstore.put(store, f"{prefix}/{t}_{_now_instant()}.deltacommit", sample.read_bytes())
+            before = STORAGE_REQUESTS.snapshot()
+            w0 = time.perf_counter()
+            await daemon.poll_cycle()
+            out[f"s3_new_cycle_seconds_{n}"] = round(time.perf_counter() - w0, 4)
+            after = STORAGE_REQUESTS.snapshot()
+            out[f"s3_new_cycle_requests_{n}"] = {op: after[op] - before.get(op, 0) for op in sorted(after)
+                                                 if after[op] != before.get(op, 0)}
+            out[f"s3_new_cycle_tables_{n}"] = len(changed)
+            grown = [daemon.tables[u].poll for u in changed]
+            missed = [p for p in grown if p is None or len(p.timeline) != instants + 1]
+            assert not missed, "a new instant was missed"
+
+        anyio.run(run)
+        # the floor of any poll: one plain delimiter listing of every timeline folder
+        store = S3Store.from_url("s3://poll-bench")
+        prefixes = [u.removeprefix("s3://poll-bench/") + "/.hoodie/timeline/" for u in uris]
+        _, mark = _list_requests(log, 0)
+        t0 = time.perf_counter()
+        entries = sum(len(obstore.list_with_delimiter(store, p)["objects"]) for p in prefixes)
+        out[f"s3_reference_list_seconds_{n}"] = round(time.perf_counter() - t0, 4)
+        lists, mark = _list_requests(log, mark)
+        out[f"s3_reference_list_requests_per_table_{n}"] = round(lists / n, 3)
+        out[f"s3_timeline_files_{n}"] = entries
+        threads = settings.concurrency.poll_threads
+        t0 = time.perf_counter()
+        with ThreadPoolExecutor(threads) as pool:
+            list(pool.map(lambda p: obstore.list_with_delimiter(store, p), prefixes))
+        out[f"s3_reference_list_threads_seconds_{n}"] = round(time.perf_counter() - t0, 4)
+        out["s3_poll_threads"] = threads
+        return out
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workdir", default=None, help="where to build the tables (kept and reused)")
@@ -294,6 +495,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--idle-seconds", type=float, default=30.0, help="idle window (default 30 s)")
     parser.add_argument("--dispatch-samples", type=int, default=40, help="requested instants (default 40)")
     parser.add_argument("--idle-tables", type=int, default=1000, help="tables of the idle daemon")
+    parser.add_argument("--storage", choices=["local", "s3"], default="local",
+                        help="local (default) or s3: the tables in a moto S3 server started here")
     args = parser.parse_args(argv)
     configure_logging("json", "WARNING")
     logging.getLogger().setLevel(logging.WARNING)
@@ -302,6 +505,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     template = workdir / f"template-{args.instants}"
     t0 = time.perf_counter()
     build_template(template, args.instants)
+    if args.storage == "s3":
+        measured: dict[str, Any] = {"instants_per_table": args.instants}
+        measured.update(measure_s3(template, max(counts), args.cycles, args.new, workdir))
+        print(json.dumps(measured))
+        return measured
     lake = build_lake(workdir / f"i{args.instants}", template, max([*counts, args.idle_tables]))
     result: dict[str, Any] = {"instants_per_table": args.instants,
                               "build_seconds": round(time.perf_counter() - t0, 1)}

@@ -20,6 +20,13 @@ table's effective policy is validated at start and errors name the table entry.
 
 Shorthands: ``tables: ["/data/t1"]`` (paths only), ``discover: ["/data/lake"]``,
 ``lock: redis://HOST:PORT/DB`` (the URL alone), ``http: "0.0.0.0:9464"`` or ``http: off``.
+
+Tables and discover roots may live on object stores (``s3://``, ``s3a://``, ``gs://``, ``az://``,
+``abfs://``, ``abfss://``). Credentials come from the standard environment (``AWS_*``,
+``GOOGLE_*``, ``AZURE_*``) or the instance's identity and never from these settings, so no
+secret is ever part of them (``config check --print`` and ``/status`` show everything here);
+``object_store`` adds the client settings a deployment may want to keep with the daemon's
+(a local S3 endpoint, a region), over the standard variables.
 """
 
 from __future__ import annotations
@@ -29,7 +36,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -39,10 +46,14 @@ from pydantic_settings.exceptions import SettingsError
 from hoodied.hoodie.actions.services import TableService
 from hoodied.hoodie.errors import HoodieServiceError
 from hoodied.hoodie.locks import LockSettings
+from hoodied.hoodie.storage import OBJECT_STORE_SCHEMES
 from hoodied.planners.clean import CleanPolicy, CleanSettings
 from hoodied.planners.clustering import ClusteringSettings
 from hoodied.planners.compaction import CompactionSettings, CompactionStrategy
 from hoodied.planners.log_compaction import LogCompactionSettings
+
+if TYPE_CHECKING:
+    from hoodied.hoodie.object_storage import ObjectStoreSettings
 
 __all__ = [
     "CLUSTERING_OPTION_KEYS",
@@ -55,6 +66,7 @@ __all__ = [
     "HttpConfig",
     "LockConfig",
     "LogCompactionService",
+    "ObjectStoreConfig",
     "Policy",
     "Services",
     "TableEntry",
@@ -307,13 +319,24 @@ def _deep_merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, A
 
 
 def _normalise_location(value: str) -> str:
-    """Local paths become absolute; ``file://`` URIs stay as they are. The daemon does not serve
-    tables on object stores yet (only the read commands open them), so their URIs are refused here,
-    at start-up, rather than failing on the first poll."""
+    """Local paths become absolute; ``file://`` URIs stay as they are; object-store URIs are
+    checked (``scheme://bucket/path``) and written one way (lower-case scheme, no trailing ``/``),
+    so one table is one entry however it was typed. Other schemes are refused here, at start-up,
+    rather than failing on the first poll."""
     if "://" in value:
-        if not value.startswith("file://"):
-            raise ValueError(f"{value}: the daemon serves tables on local file systems only for now "
-                             "(file:// or a path)")
+        scheme = value.split("://", 1)[0].lower()
+        if scheme in OBJECT_STORE_SCHEMES:
+            # imported here: obstore loads only for settings that name an object store
+            from hoodied.hoodie.errors import StorageError
+            from hoodied.hoodie.object_storage import ObjectLocation
+
+            try:
+                return ObjectLocation.parse(value).uri
+            except StorageError as exc:
+                raise ValueError(str(exc)) from None
+        if scheme != "file":
+            schemes = ", ".join(f"{s}://" for s in OBJECT_STORE_SCHEMES)
+            raise ValueError(f"{value}: expected a local path, file:// or an object store URI ({schemes})")
         return value.rstrip("/") or value
     return os.path.abspath(os.path.expanduser(value))
 
@@ -322,7 +345,7 @@ class TableEntry(_Frozen):
     """A table watched because it is listed."""
 
     path: str
-    """Local path or ``file://`` URI of the table's base folder."""
+    """Local path, ``file://`` or object store URI (``s3://bucket/path``...) of the table's base folder."""
     policy: Policy = Policy()
     """The effective policy (``defaults`` with this entry's ``policy`` merged over it)."""
 
@@ -336,7 +359,7 @@ class DiscoverRoot(_Frozen):
     """A folder searched for tables (folders holding ``.hoodie/hoodie.properties``)."""
 
     root: str
-    """Local path or ``file://`` URI searched."""
+    """Local path, ``file://`` or object store URI searched (an object store by delimiter listings)."""
     max_depth: int = Field(4, ge=1, le=32)
     """How many folder levels below the root a table may sit."""
     policy: Policy = Policy()
@@ -377,7 +400,8 @@ class LockConfig(_Frozen):
     """Table lock and per-instant execution leases."""
 
     url: str = "local"
-    """``local`` (file lock in each table's ``.hoodie/.locks``: one host, one replica) or
+    """``local`` (one replica: a file lock in each table's ``.hoodie/.locks``, or for a table on an
+    object store Hudi's storage-based lock in the bucket, ``service.locks`` ``auto``) or
     ``redis://HOST:PORT/DB`` / ``rediss://`` / ``unix://`` (shared by replicas)."""
     wait_ms: int = Field(10_000, ge=0)
     """How long one attempt waits for a table lock held by another writer."""
@@ -406,6 +430,40 @@ class LockConfig(_Frozen):
     def lease_settings(self) -> LockSettings:
         # one non-blocking try: a busy lease means another replica has the instant
         return LockSettings(wait_ms=0, retries=0, lease_ms=self.instant_lease_ms)
+
+
+class ObjectStoreConfig(_Frozen):
+    """Client settings of object-store tables, over the standard environment (``AWS_ENDPOINT_URL``,
+    ``AWS_REGION``, ``AWS_ALLOW_HTTP``...). Credentials are never settings: they come from the
+    standard environment or the instance's identity."""
+
+    endpoint: str | None = None
+    """The store's endpoint URL (an S3-compatible server, an Azure endpoint); default: environment."""
+    region: str | None = None
+    """The S3 region; default: environment."""
+    allow_http: bool | None = None
+    """Allow a plain ``http://`` endpoint (local servers); default: environment (``AWS_ALLOW_HTTP``)."""
+    max_retries: int | None = Field(None, ge=0)
+    """Retries of a failed request (throttling, 5xx, network) before it counts as failed."""
+    retry_timeout_seconds: float | None = Field(None, gt=0)
+    """The longest time a request is retried for."""
+
+    @field_validator("endpoint")
+    @classmethod
+    def _endpoint(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        if not re.fullmatch(r"https?://[^\s/@?#]+(/[^\s?#@]*)?", v):
+            # no user:password@ and no query: endpoints carry no secrets, so settings show them freely
+            raise ValueError("expected http(s)://HOST[:PORT][/path], without credentials or a query")
+        return v.rstrip("/")
+
+    def settings(self) -> ObjectStoreSettings:
+        """The settings ``hoodie.storage.storage_for`` takes."""
+        from hoodied.hoodie.object_storage import ObjectStoreSettings
+
+        return ObjectStoreSettings(endpoint=self.endpoint, region=self.region, allow_http=self.allow_http,
+                                   max_retries=self.max_retries, retry_timeout_s=self.retry_timeout_seconds)
 
 
 class RetryConfig(_Frozen):
@@ -512,6 +570,7 @@ class DaemonConfig(BaseSettings):
     """Pause between two poll cycles (each lists every table's timeline folder once)."""
     concurrency: Concurrency = Concurrency()
     lock: LockConfig = LockConfig()
+    object_store: ObjectStoreConfig = ObjectStoreConfig()
     retry: RetryConfig = RetryConfig()
     heartbeat: HeartbeatConfig = HeartbeatConfig()
     spark: SparkConfig = SparkConfig()

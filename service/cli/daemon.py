@@ -69,8 +69,10 @@ def _flag_overrides(
               help="Settings file (YAML). HOODIED_* environment settings override it, "
               "these flags override both.")
 @click.option("--table", "tables", multiple=True,
-              help="A table to watch (repeatable; replaces the file's list).")
-@click.option("--discover", multiple=True, help="A folder to search for tables (repeatable).")
+              help="A table to watch: a path or an object store URI such as s3://bucket/path "
+              "(repeatable; replaces the file's list).")
+@click.option("--discover", multiple=True,
+              help="A folder or object store prefix (s3://bucket/lake) to search for tables (repeatable).")
 @click.option("--lock", default=None, help="'local' or redis://HOST:PORT/DB (shared by replicas).")
 @click.option("--spark", default=None, help="Spark engine: local, local[N] or sc://HOST:PORT.")
 @click.option("--http", default=None,

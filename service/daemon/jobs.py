@@ -61,12 +61,23 @@ from hoodied.hoodie.timeline.truetime import TimeSettings
 from hoodied.service.config import DaemonConfig, Policy
 from hoodied.service.daemon.leases import make_lease, make_table_slot
 from hoodied.service.daemon.registry import ExecutorSpec, JobContext, PlanContext, PlannerSpec
-from hoodied.service.locks import LocalFileLock, RedisLockFactory
+from hoodied.service.locks import LocalFileLock, RedisLockFactory, lock_from_option
 from hoodied.service.spark_jobs import SparkEngine
 
 log = logging.getLogger("hoodied.job")
 
-__all__ = ["Job", "JobKind", "JobOutcome", "Outcome", "TimedLock", "classify", "execute", "plan"]
+__all__ = [
+    "COUNTED_JOB_OUTCOMES",
+    "COUNTED_PLAN_OUTCOMES",
+    "Job",
+    "JobKind",
+    "JobOutcome",
+    "Outcome",
+    "TimedLock",
+    "classify",
+    "execute",
+    "plan",
+]
 
 
 class JobKind(StrEnum):
@@ -101,6 +112,12 @@ class Outcome(StrEnum):
     """Any other error: retried with backoff until the attempts run out."""
     HANDED_BACK = "handed_back"
     """Stopped by the daemon's shutdown."""
+
+
+#: Job outcomes whose counters start at 0 for each table and service (``Metrics.track_table``).
+COUNTED_JOB_OUTCOMES = (Outcome.SUCCESS.value, Outcome.FAILED.value, Outcome.CORRUPT.value)
+#: Plan outcomes whose counters start at 0 for each table and planned service.
+COUNTED_PLAN_OUTCOMES = (Outcome.PLANNED.value, Outcome.FAILED.value)
 
 
 @dataclass(slots=True)
@@ -197,9 +214,14 @@ class TimedLock:
 
 
 def table_lock(factory: RedisLockFactory | None, settings: DaemonConfig, storage: Storage) -> TableLockBase:
+    """The table lock of a job: Redis when configured; else a file lock on a local table, and the
+    lock ``auto`` picks on an object store (a lock kept in the bucket, ``service.locks``)."""
     lock_settings = settings.lock.table_lock_settings()
     if factory is not None:
         return factory.lock(storage.base_uri, lock_settings)
+    if storage.local_path() is None:
+        lock, _ = lock_from_option("auto", storage, lock_settings)
+        return lock
     return LocalFileLock(storage, lock_settings)
 
 

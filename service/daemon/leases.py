@@ -12,6 +12,12 @@ starts and released when it ends. It is built from the table-lock implementation
   pile up in Redis.
 - local (one replica): a ``flock`` on ``.hoodie/.locks/lease-<instant>.lock``; the file is
   removed while still locked, so a process that opened the old file cannot lock it after us.
+- local, table on an object store (one replica): ``ProcessLease``, held in this process's
+  memory. Without Redis the daemon is one replica (``lock.url: local`` means "one host, one
+  replica"; the Helm chart runs one replica unless a Redis URL is given), so the only other
+  executors of the instant are outside hoodied, and those the heartbeat check under the table
+  lock (``service.locks.lock_from_option("auto", ...)``: a lock kept in the bucket) turns
+  away. A lease stored in the bucket would cost requests on every job for no added safety.
 
 The lease guards the daemon's own replicas. Hudi's heartbeat (checked by every executor
 under the table lock) guards against any other executor of the instant.
@@ -29,13 +35,20 @@ under the table lock and leave out file groups that pending services hold.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
+import threading
+from collections.abc import Iterator
+from typing import ClassVar
 
 from hoodied.hoodie.locks import LockSettings, TableLockBase
 from hoodied.hoodie.storage import Storage
 from hoodied.service.locks import LocalFileLock, RedisLockFactory, RedisTableLock
 
-__all__ = ["LocalLease", "RedisLease", "RedisSlot", "lease_key", "make_lease", "make_table_slot", "slot_key"]
+__all__ = [
+    "LocalLease", "ProcessLease", "RedisLease", "RedisSlot", "lease_key", "make_lease", "make_table_slot",
+    "slot_key",
+]
 
 
 def lease_key(base_uri: str, instant_time: str) -> str:
@@ -86,12 +99,46 @@ class LocalLease(LocalFileLock):
         super()._release()
 
 
+class ProcessLease(TableLockBase):
+    """A lease held in this process's memory (object-store tables without Redis: one replica)."""
+
+    #: the lease keys held in this process, shared by every ``ProcessLease``
+    _held: ClassVar[set[str]] = set()
+    _guard: ClassVar[threading.Lock] = threading.Lock()
+    _tokens: ClassVar[Iterator[int]] = itertools.count(1)
+
+    def __init__(self, storage: Storage, instant_time: str, settings: LockSettings):
+        super().__init__(lease_key(storage.base_uri, instant_time), settings)
+
+    def _describe(self) -> str:
+        return f"in-process lease {self._key}"
+
+    def _try_acquire(self, wait_s: float) -> int | None:
+        # leases are taken with wait 0 (one try): a busy lease is another job of this process
+        with self._guard:
+            if self._key in self._held:
+                return None
+            self._held.add(self._key)
+            return next(self._tokens)
+
+    def _check_held(self) -> str | None:
+        with self._guard:
+            return None if self._key in self._held else "the lease is no longer held by this process"
+
+    def _release(self) -> None:
+        with self._guard:
+            self._held.discard(self._key)
+
+
 def make_lease(
     factory: RedisLockFactory | None, storage: Storage, instant_time: str, settings: LockSettings
 ) -> TableLockBase:
-    """The lease of ``instant_time`` (Redis when a factory is given, else local); not yet acquired."""
+    """The lease of ``instant_time`` (Redis when a factory is given, else local: a file lock, or
+    in memory for a table on an object store); not yet acquired."""
     if factory is not None:
         return RedisLease(factory, storage.base_uri, instant_time, settings)
+    if storage.local_path() is None:
+        return ProcessLease(storage, instant_time, settings)
     return LocalLease(storage, instant_time, settings)
 
 

@@ -58,17 +58,25 @@ import signal
 import socket
 import time
 from collections import Counter, deque
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import structlog
 
+from hoodied.hoodie.actions.services import TableService
 from hoodied.hoodie.errors import HoodieFormatError, TableNotFoundError, UnsupportedTableError
-from hoodied.hoodie.storage import Storage, storage_for
+from hoodied.hoodie.storage import OBJECT_STORE_SCHEMES, STORAGE_REQUESTS, Storage, storage_for
 from hoodied.service.config import DaemonConfig, DiscoverRoot
 from hoodied.service.daemon import jobs as joblib
 from hoodied.service.daemon.http import listen, serve_http
-from hoodied.service.daemon.jobs import Job, JobKind, JobOutcome, Outcome
+from hoodied.service.daemon.jobs import (
+    COUNTED_JOB_OUTCOMES,
+    COUNTED_PLAN_OUTCOMES,
+    Job,
+    JobKind,
+    JobOutcome,
+    Outcome,
+)
 from hoodied.service.daemon.metrics import Metrics, StateSnapshot
 from hoodied.service.daemon.poll import PollResult, discover_tables, poll_table
 from hoodied.service.daemon.registry import Registry, build_registry
@@ -76,6 +84,9 @@ from hoodied.service.daemon.status import state_snapshot, status_document
 from hoodied.service.daemon.table_state import Candidate, TableState, next_for_table, record_outcome
 from hoodied.service.locks import RedisLockFactory
 from hoodied.service.spark_jobs import SparkEngine
+
+if TYPE_CHECKING:
+    from hoodied.hoodie.object_storage import ObjectStoreSettings
 
 __all__ = ["Daemon", "TableState"]
 
@@ -106,11 +117,15 @@ class Daemon:
         self.started_at = time.time()
         self.last_cycle_end: float | None = None
         self.last_cycle_seconds: float | None = None
+        self.last_cycle_requests: dict[str, int] | None = None
+        """Object-store requests sent while the last poll cycle ran, by operation."""
         self.recent_errors: deque[dict[str, Any]] = deque(maxlen=20)
         self.problems_in_pass = 0
         self.http_port: int | None = None
         self.replica = f"{socket.gethostname()}:{os.getpid()}"
         self.metrics = Metrics(self.snapshot)
+        self._counted: set[str] = set()
+        """Tables whose counters were started at 0 (``_count_from_zero``)."""
         self.factory: RedisLockFactory | None = None
         self._touched: set[str] = set()
         self._stop_at = math.inf
@@ -230,7 +245,11 @@ class Daemon:
         started = time.monotonic() if started is None else started
         if self._poll_limiter is None:
             self._make_limiters()
+        before = STORAGE_REQUESTS.snapshot()
         await self._poll([t for t in self.tables.values() if not t.quarantine])
+        after = STORAGE_REQUESTS.snapshot()
+        self.last_cycle_requests = {op: n - before.get(op, 0) for op, n in after.items()
+                                    if n > before.get(op, 0)}
         self.last_cycle_seconds = time.monotonic() - started
         self.last_cycle_end = time.time()
         self.metrics.poll_cycle.observe(self.last_cycle_seconds)
@@ -261,8 +280,19 @@ class Daemon:
 
     async def _discover(self) -> None:
         found: dict[str, DiscoverRoot] = {}
+        failed: set[str] = set()
         for root in self.settings.discover:
-            paths = await anyio.to_thread.run_sync(discover_tables, root.root, root.max_depth)
+            try:
+                paths = await anyio.to_thread.run_sync(
+                    discover_tables, root.root, root.max_depth, self._store_settings(root.root)
+                )
+            except Exception as exc:  # an object store that does not answer: keep its tables as they are
+                message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+                failed.add(root.root)
+                self._error(root.root, f"discovery failed: {message}")
+                log.warning("discovery failed: the tables found before are kept", root=root.root,
+                            error=message)
+                continue
             if not paths:
                 log.warning("discover root holds no tables", root=root.root)
             for p in paths:
@@ -272,8 +302,9 @@ class Daemon:
                 self.tables[path] = TableState(path, self.settings.policy_for(path, root), root.root)
                 log.info("table discovered", table=path, root=root.root)
         for uri, ts in list(self.tables.items()):
-            if ts.source != "config" and uri not in found and uri not in self.running:
-                del self.tables[uri]
+            kept = ts.source == "config" or ts.source in failed or uri in found or uri in self.running
+            if not kept:
+                self._forget(uri)
                 log.info("table gone from its discover root", table=uri, root=ts.source)
 
     async def _poll(self, tables: list[TableState]) -> None:
@@ -284,8 +315,14 @@ class Daemon:
             for i in range(0, len(tables), size):
                 tg.start_soon(self._poll_batch, tables[i:i + size])
 
+    def _store_settings(self, uri: str) -> ObjectStoreSettings | None:
+        """The object-store client settings for ``uri`` (``None`` for a local path)."""
+        if uri.split("://", 1)[0].lower() not in OBJECT_STORE_SCHEMES or "://" not in uri:
+            return None
+        return self.settings.object_store.settings()
+
     def _open_and_poll(self, ts: TableState, storage: Storage | None) -> tuple[Storage, PollResult]:
-        storage = storage or storage_for(ts.uri)
+        storage = storage or storage_for(ts.uri, self._store_settings(ts.uri))
         return storage, poll_table(storage, ts.poll, ts.policy, self.registry, self.settings.heartbeat)
 
     def _poll_many(self, batch: list[TableState]) -> list[tuple[Storage, PollResult] | Exception]:
@@ -305,6 +342,8 @@ class Daemon:
                 continue
             ts.storage, result = got
             ts.poll, ts.poll_failures = result, 0
+            if ts.uri not in self._counted:
+                self._count_from_zero(ts, result)
             live = {i.instant.requested_time for i in result.pending}
             for book in (ts.failures, ts.holds, ts.waiting):
                 for key in [k for k in book if not k.startswith("plan:") and k not in live]:
@@ -314,10 +353,28 @@ class Daemon:
             # with the tables polled so far instead of waiting for the last one
             self._dispatch()
 
+    def _forget(self, uri: str) -> None:
+        """Stop watching a table: its state and its counter series go."""
+        self.tables.pop(uri, None)
+        self._counted.discard(uri)
+        self.metrics.forget_table(uri)
+
+    def _count_from_zero(self, ts: TableState, result: PollResult) -> None:
+        """The table's job and plan counters at 0 for the services it runs (``Metrics.track_table``)."""
+        self._counted.add(ts.uri)
+        if ts.policy.paused:
+            return
+        services = ts.policy.services
+        runs = [s for s in TableService
+                if result.config.is_mor or s not in (TableService.COMPACTION, TableService.LOG_COMPACTION)]
+        jobs = {s.action.value: COUNTED_JOB_OUTCOMES for s in runs if services.get(s).enabled}
+        plans = {s.action.value: COUNTED_PLAN_OUTCOMES for s in runs if services.schedules(s)}
+        self.metrics.track_table(ts.uri, jobs, plans)
+
     def _poll_failed(self, ts: TableState, exc: Exception) -> None:
         message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         if isinstance(exc, TableNotFoundError) and ts.source != "config":
-            self.tables.pop(ts.uri, None)
+            self._forget(ts.uri)
             log.info("table gone", table=ts.uri, error=message)
             return
         if isinstance(exc, HoodieFormatError | UnsupportedTableError | TableNotFoundError):

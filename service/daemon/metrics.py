@@ -25,7 +25,15 @@ hoodied_plans_total                                counter    table, action, out
 hoodied_job_duration_seconds                       histogram  action, outcome
 hoodied_lock_wait_seconds                          histogram  action
 hoodied_poll_cycle_duration_seconds                histogram
+hoodied_storage_requests_total                     counter    operation
 =================================================  =========  ==================================
+
+``hoodied_storage_requests_total`` counts the requests this process sent to object stores
+(``operation``: ``list``, ``get``, ``head``, ``put``, ``delete``; see
+``hoodie.storage.RequestCounter``), polls and jobs alike; local tables send none. An unchanged
+object-store table costs one ``list`` per poll cycle (``service.daemon.poll``), so
+``rate(hoodied_storage_requests_total{operation="list"}[5m])`` against the poll interval
+and the tables watched shows whether polling stays cheap.
 
 Job outcomes: ``success``, ``failed`` (retried later), ``skipped`` (another executor's heartbeat
 is alive), ``claimed`` (another replica holds the instant's lease), ``already_done``
@@ -33,18 +41,21 @@ is alive), ``claimed`` (another replica holds the instant's lease), ``already_do
 untouched), ``corrupt`` (table quarantined), ``handed_back`` (daemon stopping),
 ``lock_unavailable`` (the table lock or the lease could not be had or kept; retried, never a
 quarantine). Plan outcomes: ``planned``, ``nothing_due``, ``failed``, ``unsupported``,
-``corrupt``, ``lock_unavailable``.
+``corrupt``, ``lock_unavailable``. After its first poll, a table that is not paused has its job
+counters of ``success``, ``failed`` and ``corrupt`` and its plan counters of ``planned`` and
+``failed`` at 0 for each service its policy runs (``Metrics.track_table``), so ``increase()``
+sees its first outcome; the other outcomes appear when they first happen.
 """
 
 from __future__ import annotations
 
 import platform
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from importlib import metadata
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 __all__ = ["CONTENT_TYPE", "Metrics", "StateSnapshot", "TableSnapshot"]
@@ -73,6 +84,8 @@ class StateSnapshot:
     running: dict[str, int]
     draining: bool
     last_poll: float | None
+    storage_requests: dict[str, int] = field(default_factory=dict)
+    """Object-store requests sent by this process so far, by operation."""
 
 
 def _version() -> str:
@@ -130,6 +143,13 @@ class StateCollector(Collector):
         if s.last_poll is not None:
             yield GaugeMetricFamily("hoodied_last_poll_timestamp_seconds",
                                     "When the last poll cycle ended (epoch seconds).", value=s.last_poll)
+        # a counter kept by the storage layer and read here (prometheus_client adds ``_total``)
+        requests = CounterMetricFamily("hoodied_storage_requests",
+                                       "Requests sent to object stores (polls and jobs), by operation.",
+                                       labels=["operation"])
+        for operation, n in sorted(s.storage_requests.items()):
+            requests.add_metric([operation], n)
+        yield requests
 
 
 class Metrics:
@@ -150,5 +170,30 @@ class Metrics:
                                     buckets=_POLL_BUCKETS, registry=self.registry)
         self.registry.register(StateCollector(snapshot))
 
+    def track_table(
+        self, table: str, jobs: Mapping[str, Iterable[str]], plans: Mapping[str, Iterable[str]]
+    ) -> None:
+        """Start ``table``'s job and plan counters at 0 (action -> outcomes), before any job ends.
+
+        A counter that appears at 1 hides its first increment from ``increase()`` and ``rate()``,
+        so a table's first failure or success would not show on the dashboard or in the alerts.
+        """
+        for counter, outcomes in ((self.jobs, jobs), (self.plans, plans)):
+            for action, names in outcomes.items():
+                for outcome in names:
+                    counter.labels(table, action, outcome)
+
+    def forget_table(self, table: str) -> None:
+        """Drop every counter series of a table the daemon no longer watches."""
+        for counter in (self.jobs, self.plans):
+            for labels in [k for k in _label_sets(counter) if k[0] == table]:
+                counter.remove(*labels)
+
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+def _label_sets(counter: Counter) -> list[tuple[str, ...]]:
+    """The label values of every series of ``counter``."""
+    return [(sample.labels["table"], sample.labels["action"], sample.labels["outcome"])
+            for metric in counter.collect() for sample in metric.samples if sample.name.endswith("_total")]

@@ -1,8 +1,10 @@
 """Finding tables and polling one table: the blocking half of the loop, run in worker threads.
 
-Discovery walks a root folder (``os.scandir``, local file systems) and reports every folder
-holding ``.hoodie/hoodie.properties`` (or its ``.backup``) without descending into tables
-(their sub-folders are partitions) or hidden folders.
+Discovery walks a root folder and reports every folder holding ``.hoodie/hoodie.properties``
+(or its ``.backup``) without descending into tables (their sub-folders are partitions) or
+hidden folders: ``os.scandir`` on local file systems; on an object store one delimiter
+listing per folder above ``max_depth``, and one listing bounded to ``hoodie.properties*`` per
+folder that holds a ``.hoodie`` folder (and per folder at ``max_depth``, which is not listed).
 
 A poll is cheap by construction: one names-only listing of the timeline folder; only when
 the names differ from the last poll is the timeline loaded again (``Timeline.load``: one
@@ -29,6 +31,31 @@ Everything derived from the timeline alone (pending instants, delta commits, the
 triggers) is reused while the names are unchanged; heartbeats of inflight instants are
 checked on every poll, and the triggers again every ``RECHECK_DUE_S`` (time-based triggers
 move with the clock alone). bench/poll.py measures it.
+
+Object stores (S3, GCS, Azure) have no folder mtime; what costs there is requests. A poll lists
+the timeline folder from an offset (``Storage.list_after``: S3 ``start-after``), bounded
+before ``:``, the first character after the digits every instant file name starts with, so
+``history/`` (v8+), ``hoodie.properties``, ``archived/`` and ``metadata/`` (v6) are never
+walked: an unchanged table costs ONE list request, no read. The offset is the earliest of
+
+- the requested time of the oldest pending instant: all the files of a pending instant start
+  with its requested time (``T.action.requested``, ``T.action.inflight``, ``T.action`` in
+  layout 1, ``T_C.action`` in layout 2, Hudi's ``InstantFileNameGenerator``), so every state
+  change of a pending instant, and its removal by a rollback, is seen by the next poll;
+- the last timeline file name: a new instant;
+- the instant time ``LATE_S`` ago (table time zone): a writer creates its requested file just
+  after taking its instant time, so concurrent writers' instants may arrive slightly out of
+  order; those within the window are seen by the next poll.
+
+The names at or before the offset are kept from the last listing. Files removed there
+(archival, a cleaner of completed instants) and instants that arrive later than ``LATE_S``
+out of order are noticed by the full re-listing (a delimiter listing of the folder), done
+on the first poll and then about every ``RELIST_S`` as for local tables; the table config is
+read again with each full re-listing only (executors and planners read it again themselves
+under the table lock, so the poll's copy only steers what is tried), so a poll that finds a
+new instant reads nothing but what that instant needs (the plan of a pending v6 replacecommit,
+once). Heartbeats of inflight instants cost one more listing of ``.hoodie/.heartbeat``, as on
+a local file system.
 """
 
 from __future__ import annotations
@@ -38,16 +65,20 @@ import random
 import time
 from dataclasses import dataclass, field
 from datetime import tzinfo
+from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlparse
 
 from hoodied.hoodie.actions.services import TableService, service_of
 from hoodied.hoodie.heartbeat import HEARTBEAT_FOLDER
 from hoodied.hoodie.properties import TableConfig, load_table_config
-from hoodied.hoodie.storage import Storage
+from hoodied.hoodie.storage import OBJECT_STORE_SCHEMES, FileInfo, Storage
 from hoodied.hoodie.timeline.active import Timeline, instant_time_to_datetime, parse_timeline_file_name
-from hoodied.hoodie.timeline.instant import Action, Instant, State
+from hoodied.hoodie.timeline.instant import Action, Instant, State, epoch_to_instant_time
 from hoodied.service.config import HeartbeatConfig, Policy
 from hoodied.service.daemon.registry import Registry
+
+if TYPE_CHECKING:
+    from hoodied.hoodie.object_storage import ObjectStorage, ObjectStoreSettings
 
 __all__ = ["PendingItem", "PollResult", "discover_tables", "instant_epoch", "poll_table"]
 
@@ -58,6 +89,13 @@ QUIET_NS = 2_000_000_000
 RELIST_S = 300.0
 #: The planners' triggers are evaluated again at least this often on an unchanged timeline.
 RECHECK_DUE_S = 30.0
+#: Object stores: how far back (seconds) the offset listing reaches for out-of-order new instants.
+LATE_S = 60.0
+#: Object stores: timeline file names start with a digit, so they sort after this name (after
+#: every name that starts with ``.``; ``/``, the one character between ``.`` and ``0``, is in no
+#: name) and before ``TIMELINE_NAMES_END`` (the character after ``9``).
+TIMELINE_NAMES_START = ".\U0010ffff"
+TIMELINE_NAMES_END = ":"
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +132,11 @@ class PollResult:
     """When ``due`` was evaluated (monotonic)."""
     files: dict[str, tuple[Instant, int]] = field(default_factory=dict)
     """Parsed timeline files by name: (instant, mtime ms; 0 unless the name lacks a completion time)."""
+    offset: str | None = None
+    """Object stores: the next poll lists the names after this one (see the module docstring)."""
+    services: dict[tuple[str, Action], TableService | None] = field(default_factory=dict)
+    """The service of each pending instant seen, by (requested time, action): a pending v6
+    replacecommit's plan is read once, not on every change of the timeline."""
 
 
 def instant_epoch(requested_time: str, tz: tzinfo) -> float:
@@ -141,10 +184,12 @@ def _unchanged_by_mtime(storage: Storage, cached: PollResult, mono: float) -> tu
 
 
 def _parse_new(
-    storage: Storage, folder: str, names: frozenset[str], known: dict[str, tuple[Instant, int]]
+    storage: Storage, folder: str, names: frozenset[str], known: dict[str, tuple[Instant, int]],
+    mtimes: dict[str, int] | None = None,
 ) -> dict[str, tuple[Instant, int]]:
     """The parsed timeline files of ``names``: only names not in ``known`` are parsed (and
-    ``stat``-ed when their completion time must come from the file's mtime)."""
+    ``stat``-ed when their completion time must come from the file's mtime, unless ``mtimes``,
+    the listing that found them, has it)."""
     files: dict[str, tuple[Instant, int]] = {}
     need_mtime: list[str] = []
     for name in names:
@@ -158,6 +203,10 @@ def _parse_new(
         files[name] = (inst, 0)
         if inst.is_completed and inst.completion_time is None:
             need_mtime.append(name)
+    if mtimes is not None:
+        for name in [n for n in need_mtime if n in mtimes]:
+            files[name] = (files[name][0], mtimes[name])
+            need_mtime.remove(name)
     if need_mtime:
         local = storage.local_path(folder)
         if local is not None:
@@ -208,6 +257,8 @@ def poll_table(
     started = time.monotonic()
     now = int(time.time() * 1000) if now_ms is None else now_ms
     expiry = heartbeat.interval_ms * heartbeat.tolerable_misses
+    if storage.local_path() is None:
+        return _poll_object_store(storage, cached, policy, registry, now, expiry, started)
     if cached is not None:
         trusted, mtime, now_ns = _unchanged_by_mtime(storage, cached, started)
         if trusted:
@@ -224,25 +275,90 @@ def poll_table(
     names = _names(storage, config.timeline_path)
     known = cached.files if cached is not None and cached.config.timeline_path == config.timeline_path else {}
     files = _parse_new(storage, config.timeline_path, names, known)
-    timeline = Timeline.from_files(storage, config, ((n, i, m) for n, (i, m) in files.items()))
-    result = PollResult(config, timeline, hash(names), names, folder_mtime_ns=mtime, listed_ns=now_ns,
-                        relist_at=_next_relist(started), files=files)
-    services = timeline.pending_table_services()
+    result = PollResult(config, _timeline(storage, config, files), hash(names), names, folder_mtime_ns=mtime,
+                        listed_ns=now_ns, relist_at=_next_relist(started), files=files)
+    return _complete(storage, result, cached, policy, registry, now, expiry, started)
+
+
+def _timeline(storage: Storage, config: TableConfig, files: dict[str, tuple[Instant, int]]) -> Timeline:
+    return Timeline.from_files(storage, config, ((n, i, m) for n, (i, m) in files.items()))
+
+
+def _complete(
+    storage: Storage, result: PollResult, cached: PollResult | None, policy: Policy, registry: Registry,
+    now: int, expiry: int, started: float,
+) -> PollResult:
+    """Pending services (with their heartbeats), due plans and counts of a freshly built timeline."""
+    timeline, config = result.timeline, result.config
+    known = cached.services if cached is not None else {}
     beats: dict[str, int] | None = None
     tz = config.tzinfo
-    for inst in services:
+    for inst in timeline.pending():
+        key = (inst.requested_time, inst.action)
+        service = known[key] if key in known else service_of(timeline, inst)
+        result.services[key] = service
+        if service is None:
+            continue
         alive = False
         if inst.state is State.INFLIGHT:
             if beats is None:
                 beats = _heartbeats(storage)
             alive = now - beats.get(inst.requested_time, 0) <= expiry
-        result.pending.append(
-            PendingItem(inst, service_of(timeline, inst), alive, instant_epoch(inst.requested_time, tz))
-        )
+        result.pending.append(PendingItem(inst, service, alive, instant_epoch(inst.requested_time, tz)))
     _evaluate_due(result, policy, registry, started)
     result.delta_commits_since_compaction = _delta_commits(timeline, config)
     result.seconds = time.monotonic() - started
     return result
+
+
+def _list_offset(result: PollResult, now: int) -> str:
+    """Where the next offset listing starts (see the module docstring)."""
+    names = [n for n in result.names if TIMELINE_NAMES_START < n < TIMELINE_NAMES_END]
+    if not names:
+        return TIMELINE_NAMES_START
+    marks = [max(names), epoch_to_instant_time(now / 1000 - LATE_S, result.config.tzinfo)]
+    marks.extend(inst.requested_time for inst in result.timeline.pending())
+    return min(marks)
+
+
+def _poll_object_store(
+    storage: Storage, cached: PollResult | None, policy: Policy, registry: Registry, now: int, expiry: int,
+    started: float,
+) -> PollResult:
+    """``poll_table`` on an object store: an offset listing, or a full one when due (module docstring)."""
+    if cached is not None and started < cached.relist_at:
+        config = cached.config
+        folder = config.timeline_path
+        offset = cached.offset or TIMELINE_NAMES_START
+        listed = storage.list_after(folder, offset, TIMELINE_NAMES_END)
+        kept = (n for n in cached.names if n <= offset or n >= TIMELINE_NAMES_END)
+        names = frozenset(kept).union(i.name for i in listed)
+        if names == cached.names:
+            return _reuse(storage, cached, names, None, cached.listed_ns, cached.relist_at, policy, registry,
+                          now, expiry, started)
+        relist_at = cached.relist_at
+    else:
+        # first poll, or time for the full re-listing: the table config is read again too
+        config = load_table_config(storage)
+        folder = config.timeline_path
+        listed = [i for i in storage.list(folder) if not i.is_dir]
+        names = frozenset(i.name for i in listed)
+        relist_at = _next_relist(started)
+    same_folder = cached is not None and cached.config.timeline_path == folder
+    known = cached.files if cached is not None and same_folder else {}
+    mtimes = _mtimes(listed)
+    files = _parse_new(storage, folder, names, known, mtimes)
+    timeline = _timeline(storage, config, files)
+    result = PollResult(config, timeline, hash(names), names, listed_ns=time.time_ns(), relist_at=relist_at,
+                        files=files)
+    previous = cached if same_folder else None
+    result = _complete(storage, result, previous, policy, registry, now, expiry, started)
+    result.offset = _list_offset(result, now)
+    return result
+
+
+def _mtimes(listed: list[FileInfo]) -> dict[str, int]:
+    return {i.name: i.mtime_ms for i in listed}
 
 
 def _evaluate_due(result: PollResult, policy: Policy, registry: Registry, mono: float) -> None:
@@ -274,7 +390,8 @@ def _reuse(
     result = PollResult(
         cached.config, cached.timeline, cached.signature, names, pending, cached.due,
         cached.delta_commits_since_compaction, folder_mtime_ns=mtime, listed_ns=listed_ns,
-        relist_at=relist_at, due_at=cached.due_at, files=cached.files,
+        relist_at=relist_at, due_at=cached.due_at, files=cached.files, offset=cached.offset,
+        services=cached.services,
     )
     if started - cached.due_at >= RECHECK_DUE_S:
         _evaluate_due(result, policy, registry, started)
@@ -294,8 +411,43 @@ def _is_table(path: str) -> bool:
     )
 
 
-def discover_tables(root: str, max_depth: int) -> list[str]:
-    """Base paths of the tables under ``root`` (``root`` itself included), sorted."""
+#: ``hoodie.properties`` and its ``.backup`` are the names between these two (one bounded listing).
+_PROPERTIES_RANGE = ("hoodie.propertie", "hoodie.propertiet")
+
+
+def _is_object_table(storage: ObjectStorage, folder: str) -> bool:
+    hoodie = f"{folder}/.hoodie" if folder else ".hoodie"
+    names = {i.name for i in storage.list_after(hoodie, *_PROPERTIES_RANGE)}
+    return bool(names & {"hoodie.properties", "hoodie.properties.backup"})
+
+
+def _discover_object_store(root: str, max_depth: int, settings: ObjectStoreSettings | None) -> list[str]:
+    # imported here: obstore loads only for roots on an object store
+    from hoodied.hoodie.object_storage import ObjectStorage
+
+    base = ObjectStorage.connect(root, settings)
+    found: list[str] = []
+    stack: list[tuple[str, int]] = [("", 0)]
+    while stack:
+        folder, depth = stack.pop()
+        if depth >= max_depth:
+            if _is_object_table(base, folder):
+                found.append(base.child(folder).base_uri if folder else base.base_uri)
+            continue
+        subs = [i for i in base.list(folder) if i.is_dir]  # an absent folder lists as empty
+        if any(i.name == ".hoodie" for i in subs) and _is_object_table(base, folder):
+            found.append(base.child(folder).base_uri if folder else base.base_uri)
+            continue
+        stack.extend((i.path, depth + 1) for i in subs if not i.name.startswith("."))
+    return sorted(found)
+
+
+def discover_tables(root: str, max_depth: int, settings: ObjectStoreSettings | None = None) -> list[str]:
+    """Base paths (or URIs) of the tables under ``root`` (``root`` itself included), sorted.
+    ``settings``: the object-store client settings when ``root`` is on one; an object store that
+    cannot be listed raises ``StorageError`` (a local root that is gone holds no tables)."""
+    if "://" in root and root.split("://", 1)[0].lower() in OBJECT_STORE_SCHEMES:
+        return _discover_object_store(root, max_depth, settings)
     start = _local_root(root)
     found: list[str] = []
     stack = [(start, 0)]

@@ -12,6 +12,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
+from hoodied.hoodie.storage import STORAGE_REQUESTS
 from hoodied.service.config import DaemonConfig
 from hoodied.service.daemon.jobs import Job, JobKind
 from hoodied.service.daemon.metrics import Metrics, StateSnapshot, TableSnapshot
@@ -48,6 +49,8 @@ class DaemonView(Protocol):
     @property
     def last_cycle_seconds(self) -> float | None: ...
     @property
+    def last_cycle_requests(self) -> Mapping[str, int] | None: ...
+    @property
     def recent_errors(self) -> Sequence[dict[str, Any]]: ...
     @property
     def factory(self) -> RedisLockFactory | None: ...
@@ -78,7 +81,8 @@ def state_snapshot(daemon: DaemonView) -> StateSnapshot:
             snap.delta_commits_since_compaction = ts.poll.delta_commits_since_compaction
         tables.append(snap)
     running = Counter(j.action for j in daemon.running.values())
-    return StateSnapshot(tables, dict(running), daemon.draining, daemon.last_cycle_end)
+    return StateSnapshot(tables, dict(running), daemon.draining, daemon.last_cycle_end,
+                         STORAGE_REQUESTS.snapshot())
 
 
 def status_document(daemon: DaemonView) -> dict[str, Any]:
@@ -122,7 +126,9 @@ def status_document(daemon: DaemonView) -> dict[str, Any]:
         "stop_reason": daemon.stop_reason, "once": daemon.once, "lock": daemon.lock_where(),
         "workers": {"limit": daemon.settings.concurrency.workers, "busy": len(daemon.running)},
         "last_poll": {"ended_at": daemon.last_cycle_end, "seconds": daemon.last_cycle_seconds,
-                      "age_seconds": round(daemon.loop_heartbeat_age(), 3)},
+                      "age_seconds": round(daemon.loop_heartbeat_age(), 3),
+                      # object-store requests while the cycle ran (jobs running meanwhile included)
+                      "storage_requests": dict(daemon.last_cycle_requests or {})},
         "tables_watched": len(tables),
         "tables_quarantined": sum(1 for t in tables if t["quarantined"]),
         "tables": tables,
