@@ -24,6 +24,7 @@ __all__ = [
     "LockUnavailableError",
     "PreconditionFailedError",
     "StorageError",
+    "StorageFileNotFoundError",
     "TableNotFoundError",
     "UnsupportedTableError",
 ]
@@ -51,6 +52,12 @@ class StorageError(HoodieServiceError):
     """The storage layer failed (permission denied, I/O error)."""
 
     retryable = True
+
+
+class StorageFileNotFoundError(StorageError):
+    """A file the caller needs is not there: the table changed under it, not a storage outage."""
+
+    retryable = False
 
 
 class FileAlreadyExistsError(StorageError):

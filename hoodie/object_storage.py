@@ -64,6 +64,7 @@ from hoodied.hoodie.errors import (
     FileAlreadyExistsError,
     PreconditionFailedError,
     StorageError,
+    StorageFileNotFoundError,
     TableNotFoundError,
 )
 from hoodied.hoodie.storage import OBJECT_STORE_SCHEMES, STORAGE_REQUESTS, FileInfo, WriteOnceFile
@@ -320,7 +321,7 @@ class ObjectStorage:
         if isinstance(exc, AlreadyExistsError):
             raise FileAlreadyExistsError(f"{where}: already exists") from None
         if isinstance(exc, FileNotFoundError):
-            raise StorageError(f"{where}: file not found ({operation})") from None
+            raise StorageFileNotFoundError(f"{where}: file not found ({operation})") from None
         if isinstance(exc, PermissionDeniedError | UnauthenticatedError):
             raise StorageError(
                 f"{where}: {operation} refused: permission denied on bucket {self._loc.bucket!r} "

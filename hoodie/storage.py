@@ -22,7 +22,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, BinaryIO, Protocol, runtime_checkable
 from urllib.parse import unquote, urlparse
 
-from hoodied.hoodie.errors import FileAlreadyExistsError, StorageError, TableNotFoundError
+from hoodied.hoodie.errors import (
+    FileAlreadyExistsError,
+    StorageError,
+    StorageFileNotFoundError,
+    TableNotFoundError,
+)
 
 if TYPE_CHECKING:
     from hoodied.hoodie.object_storage import ObjectStoreSettings
@@ -233,7 +238,7 @@ class LocalStorage:
 
     def _errors(self, path: str, exc: OSError) -> StorageError:
         if isinstance(exc, FileNotFoundError):
-            return StorageError(f"{_join(self._root, path)}: file not found")
+            return StorageFileNotFoundError(f"{_join(self._root, path)}: file not found")
         if isinstance(exc, PermissionError):
             return StorageError(f"{_join(self._root, path)}: permission denied")
         return StorageError(f"{_join(self._root, path)}: {exc.strerror or exc}")
@@ -312,10 +317,16 @@ class LocalStorage:
         parent = os.path.dirname(target)
         os.makedirs(parent, exist_ok=True)
         tmp = os.path.join(parent, f".{os.path.basename(target)}.{uuid.uuid4().hex}.tmp")
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
+        try:
+            with open(tmp, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+        except BaseException:
+            # a full disk fails the write or the flush: the partial temp file must not stay behind
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
         return tmp
 
     def put_if_absent(self, path: str, data: bytes) -> None:

@@ -20,8 +20,13 @@ How errors are read (``classify``):
   down, or another writer held the table lock past every retry): ``lock_unavailable``;
   retried with backoff for as long as it lasts and never a reason to quarantine the table,
   whose files the lock protocol kept untouched;
-- any other error (lost or busy lock, storage hiccup, clock skew, a bug): ``failed`` and
-  retryable, with backoff, until the attempts run out;
+- a retryable ``StorageError`` (throttling or network errors the client's own retries did not
+  outlast, denied access, a missing bucket) and ``OSError`` of a full or read-only disk:
+  ``storage_unavailable``; an outage of the storage, not a broken table: retried with backoff for
+  as long as it lasts, never a reason to quarantine (writes are write-once or atomic, so a failed
+  one leaves nothing half-written; a failed attempt is rolled back before its retry);
+- any other error (a file gone under the job, clock skew, a bug): ``failed`` and retryable, with
+  backoff, until the attempts run out;
 - anything raised after the daemon asked the job to stop: ``handed_back``.
 
 Before running an executor the timeline is listed again under the lease: an instant that
@@ -32,6 +37,7 @@ The table lock handed to executors is wrapped so every acquisition's wait is mea
 
 from __future__ import annotations
 
+import errno
 import logging
 import threading
 import time
@@ -48,6 +54,7 @@ from hoodied.hoodie.errors import (
     LockError,
     LockServiceDownError,
     LockUnavailableError,
+    StorageError,
     TableNotFoundError,
     UnsupportedTableError,
 )
@@ -76,6 +83,7 @@ __all__ = [
     "TimedLock",
     "classify",
     "execute",
+    "is_storage_outage",
     "plan",
 ]
 
@@ -104,6 +112,8 @@ class Outcome(StrEnum):
     """Another replica holds the table's slot or the instant's lease."""
     LOCK_UNAVAILABLE = "lock_unavailable"
     """The lock service is down (or the table lock stayed busy): retried, never a quarantine."""
+    STORAGE_UNAVAILABLE = "storage_unavailable"
+    """The storage failed (throttled, unreachable, denied, full, read-only): retried, never a quarantine."""
     UNSUPPORTED = "unsupported"
     """The instant or service is one hoodied cannot do: left waiting."""
     CORRUPT = "corrupt"
@@ -242,7 +252,21 @@ def classify(exc: BaseException, cancel: threading.Event) -> JobOutcome:
         return JobOutcome(Outcome.UNSUPPORTED, str(exc))
     if isinstance(exc, LockError):
         return JobOutcome(Outcome.LOCK_UNAVAILABLE, _one_line(exc), retryable=True)
+    if is_storage_outage(exc):
+        return JobOutcome(Outcome.STORAGE_UNAVAILABLE, _one_line(exc), retryable=True)
     return JobOutcome(Outcome.FAILED, _one_line(exc), retryable=True)
+
+
+#: ``OSError`` numbers of a storage that cannot take writes for now (the space or quota comes back,
+#: the volume is remounted read-write).
+_OUTAGE_ERRNOS = frozenset({errno.ENOSPC, errno.EROFS, errno.EDQUOT})
+
+
+def is_storage_outage(exc: BaseException) -> bool:
+    """The storage is unavailable (``storage_unavailable``), the table itself is not at fault."""
+    if isinstance(exc, StorageError):
+        return exc.retryable or isinstance(exc.__cause__, OSError) and exc.__cause__.errno in _OUTAGE_ERRNOS
+    return isinstance(exc, OSError) and exc.errno in _OUTAGE_ERRNOS
 
 
 def execute(

@@ -76,6 +76,7 @@ from hoodied.service.daemon.jobs import (
     JobKind,
     JobOutcome,
     Outcome,
+    is_storage_outage,
 )
 from hoodied.service.daemon.metrics import Metrics, StateSnapshot
 from hoodied.service.daemon.poll import PollResult, discover_tables, poll_table
@@ -382,7 +383,11 @@ class Daemon:
             return
         ts.poll, ts.poll_failures = None, ts.poll_failures + 1
         self._error(ts.uri, f"poll failed: {message}")
-        if ts.poll_failures >= self.settings.retry.max_attempts:
+        if is_storage_outage(exc):
+            # the storage, not the table: polled again next cycle for as long as it lasts
+            log.warning("poll failed: storage unavailable", table=ts.uri, error=message,
+                        failures=ts.poll_failures)
+        elif ts.poll_failures >= self.settings.retry.max_attempts:
             last = f"{type(exc).__name__}: {message}"
             self._quarantine(ts, f"{ts.poll_failures} polls failed in a row; last: {last}")
         else:

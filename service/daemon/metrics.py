@@ -40,11 +40,13 @@ is alive), ``claimed`` (another replica holds the instant's lease), ``already_do
 (completed by another executor since the poll), ``unsupported`` (left
 untouched), ``corrupt`` (table quarantined), ``handed_back`` (daemon stopping),
 ``lock_unavailable`` (the table lock or the lease could not be had or kept; retried, never a
-quarantine). Plan outcomes: ``planned``, ``nothing_due``, ``failed``, ``unsupported``,
-``corrupt``, ``lock_unavailable``. After its first poll, a table that is not paused has its job
-counters of ``success``, ``failed`` and ``corrupt`` and its plan counters of ``planned`` and
-``failed`` at 0 for each service its policy runs (``Metrics.track_table``), so ``increase()``
-sees its first outcome; the other outcomes appear when they first happen.
+quarantine), ``storage_unavailable`` (the storage failed: throttled, unreachable, denied, full or
+read-only; retried, never a quarantine). Plan outcomes: ``planned``, ``nothing_due``,
+``failed``, ``unsupported``, ``corrupt``, ``lock_unavailable``, ``storage_unavailable``. After
+its first poll, a table that is not paused has its job counters of ``success``, ``failed`` and
+``corrupt`` and its plan counters of ``planned`` and ``failed`` at 0 for each service its policy
+runs (``Metrics.track_table``), so ``increase()`` sees its first outcome; the other outcomes appear
+when they first happen.
 """
 
 from __future__ import annotations

@@ -110,6 +110,7 @@ def status_document(daemon: DaemonView) -> dict[str, Any]:
             "version": config.version if config else None,
             "paused": ts.policy.paused, "priority": ts.policy.priority,
             "quarantined": ts.quarantine, "quarantined_at": ts.quarantined_at,
+            "poll_failures": ts.poll_failures,
             "pending": pending,
             "running": None if job is None else {
                 "action": job.action, "instant": job.instant.requested_time if job.instant else None,

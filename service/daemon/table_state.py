@@ -44,7 +44,7 @@ class Failure:
     next_at: float
     last_error: str
     lock: bool = False
-    """Counted lock-service failures (they never lead to quarantine)."""
+    """Counted outages of the lock service or the storage (they never lead to quarantine)."""
 
 
 @dataclass(slots=True)
@@ -169,8 +169,9 @@ def record_outcome(
             ts.plan_checked[job.service] = (ts.poll.signature, now)
     elif outcome.outcome in (Outcome.SKIPPED, Outcome.CLAIMED):
         ts.holds[key] = (now + settings.poll_interval_seconds, outcome.message)
-    elif outcome.outcome is Outcome.LOCK_UNAVAILABLE:
-        # the lock service, not the table: retried with backoff for as long as it lasts, never quarantined
+    elif outcome.outcome in (Outcome.LOCK_UNAVAILABLE, Outcome.STORAGE_UNAVAILABLE):
+        # the lock service or the storage, not the table: retried with backoff for as long as it
+        # lasts, never quarantined
         verdict = Verdict("warning", f"{what}: {outcome.message}")
         n = (ts.failures[key].count if key in ts.failures else 0) + 1
         delay = settings.retry.backoff(n)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import pickle
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -19,6 +21,34 @@ def test_put_if_absent_is_write_once_and_leaves_no_temp_files(tmp_path: Path) ->
         s.put_if_absent(".hoodie/timeline/1.commit", b"second")
     assert s.read(".hoodie/timeline/1.commit") == b"first"
     assert os.listdir(tmp_path / ".hoodie/timeline") == ["1.commit"]
+
+
+_WRITE_PAST_THE_LIMIT = """
+import os, resource, signal, sys
+from hoodied.hoodie.errors import StorageError
+from hoodied.hoodie.storage import LocalStorage
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG instead
+resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))
+s = LocalStorage(sys.argv[1])
+for call in (s.put_if_absent, s.put):
+    try:
+        call("t/1.commit", b"x" * 100_000)
+    except StorageError as exc:
+        print(type(exc).__name__, exc)
+    else:
+        sys.exit("the write went through")
+print(sorted(os.listdir(os.path.join(sys.argv[1], "t"))))
+"""
+
+
+def test_a_write_the_disk_refuses_leaves_no_temp_file(tmp_path: Path) -> None:
+    """A write that fails part-way (a full disk, here a file-size limit) removes its temp file."""
+    done = subprocess.run([sys.executable, "-c", _WRITE_PAST_THE_LIMIT, str(tmp_path)],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stdout.splitlines()
+    assert len(lines) == 3 and all(line.startswith("StorageError ") for line in lines[:2]), lines
+    assert lines[2] == "[]"  # neither the target nor a temp file
 
 
 def test_put_replaces_atomically(tmp_path: Path) -> None:
