@@ -33,7 +33,7 @@ from hoodied.hoodie.errors import HoodieServiceError, UnsupportedTableError
 from hoodied.hoodie.properties import TableType
 from hoodied.hoodie.storage import OBJECT_STORE_SCHEMES, LocalStorage, Storage
 
-__all__ = ["CITIES", "SCHEMA", "create_demo_table"]
+__all__ = ["CITIES", "SCHEMA", "create_demo_table", "demo_location"]
 
 SCHEMA = pa.schema(
     [
@@ -88,6 +88,16 @@ def _new_table_storage(path: str) -> Storage:
         )
     os.makedirs(path, exist_ok=True)
     return LocalStorage(path)
+
+
+def demo_location(path: str) -> tuple[str, bool]:
+    """``path`` as a table location (local paths made absolute, URIs kept) and whether a table is there."""
+    if urlparse(path).scheme in OBJECT_STORE_SCHEMES:
+        from hoodied.hoodie.object_storage import ObjectStorage
+
+        return path.rstrip("/"), ObjectStorage.connect(path).exists(".hoodie/hoodie.properties")
+    local = unquote(urlparse(path).path) if path.startswith("file://") else path
+    return os.path.abspath(local), os.path.exists(os.path.join(local, ".hoodie", "hoodie.properties"))
 
 
 def create_demo_table(path: str) -> dict[str, Any]:

@@ -73,7 +73,9 @@ def _flag_overrides(
               "(repeatable; replaces the file's list).")
 @click.option("--discover", multiple=True,
               help="A folder or object store prefix (s3://bucket/lake) to search for tables (repeatable).")
-@click.option("--lock", default=None, help="'local' or redis://HOST:PORT/DB (shared by replicas).")
+@click.option("--lock", default=None,
+              help="redis://HOST:PORT/DB (shared by replicas), or 'local': file locks for tables on a file "
+                   "system; tables on object stores then take Hudi's storage-based lock.")
 @click.option("--spark", default=None, help="Spark engine: local, local[N] or sc://HOST:PORT.")
 @click.option("--http", default=None,
               help="HOST:PORT for /metrics, /healthz, /readyz, /status ('off': none).")
@@ -138,14 +140,15 @@ DEMO_POLICY = {"services": {"clean": {"policy": "KEEP_LATEST_FILE_VERSIONS", "fi
 
 def _demo_overrides(path: str, overrides: dict[str, Any], http: str | None) -> None:
     """Create the demo table at ``path`` when needed and add it (with ``DEMO_POLICY``) to the tables."""
-    from hoodied.hoodie.demo.demo_table import create_demo_table
+    from hoodied.hoodie.demo.demo_table import create_demo_table, demo_location
 
-    if not os.path.exists(os.path.join(path, ".hoodie", "hoodie.properties")):
+    location, exists = demo_location(path)
+    if not exists:
         summary = create_demo_table(path)
         click.echo(f"created the demo table at {summary['path']}: {summary['table_type']}, "
                    f"{len(summary['instants'])} delta commits, {summary['rows']} rows in "
                    f"{summary['base_files']} base files and {summary['log_files']} log files", err=True)
-    entry = {"path": os.path.abspath(path), "policy": DEMO_POLICY}
+    entry = {"path": location, "policy": DEMO_POLICY}
     overrides["tables"] = [*overrides.get("tables", []), entry]
     if http is None:
         overrides["http"] = {"address": "off"}

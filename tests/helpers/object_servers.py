@@ -80,6 +80,8 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 @dataclass(frozen=True)
 class MotoServer:
     port: int
+    log: Path | None = None
+    """The server's output: one line per request it served."""
 
     @property
     def endpoint(self) -> str:
@@ -128,8 +130,8 @@ def moto_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MotoServer
     binary = shutil.which("moto_server", path=str(PROJECT / ".venv" / "bin")) or shutil.which("moto_server")
     if binary is None:
         pytest.skip("moto_server is not installed (tests/run.sh installs moto[server])")
-    server = MotoServer(free_port())
     log = tmp_path_factory.mktemp("moto") / "moto.log"
+    server = MotoServer(free_port(), log)
     proc = _start([binary, "-H", "127.0.0.1", "-p", str(server.port)], f"{server.endpoint}/moto-api/",
                   "moto_server", log)
     try:

@@ -120,12 +120,11 @@ def _full_load(storage: ObjectStorage) -> list[tuple[str, str, str, str | None]]
 
 
 class _MotoLog:
-    """moto's request log (the session server writes one line per request): an independent count."""
+    """moto's request log (one line per request it served): an independent count."""
 
-    def __init__(self, tmp_path_factory: pytest.TempPathFactory, bucket: str) -> None:
-        logs = sorted({p.resolve() for p in tmp_path_factory.getbasetemp().glob("moto*/moto.log")})
-        assert len(logs) == 1, logs
-        self.path, self.bucket = logs[0], bucket
+    def __init__(self, server: MotoServer, bucket: str) -> None:
+        assert server.log is not None
+        self.path, self.bucket = server.log, bucket
         self.mark = self._lines()
 
     def _lines(self) -> int:
@@ -243,14 +242,14 @@ def test_discovery_under_an_s3_root_finds_exactly_the_tables(
 
 @pytest.mark.parametrize("index", range(len(TABLES)))
 def test_a_steady_poll_costs_one_list_and_a_new_file_is_read_alone(
-    lake: tuple[str, list[str]], index: int, tmp_path_factory: pytest.TempPathFactory
+    lake: tuple[str, list[str]], index: int, s3_env: MotoServer  # noqa: F811
 ) -> None:
     uri = lake[1][index]
     folder = TABLES[index][1]
     storage = _open(uri)
     first, _ = _poll(storage, None)
     assert _summary(first.timeline) == _full_load(storage)
-    moto = _MotoLog(tmp_path_factory, uri.removeprefix("s3://").split("/")[0])
+    moto = _MotoLog(s3_env, uri.removeprefix("s3://").split("/")[0])
     result = first
     for _ in range(3):
         result, cost = _poll(storage, result)
@@ -272,14 +271,14 @@ def test_a_steady_poll_costs_one_list_and_a_new_file_is_read_alone(
 
 
 def test_a_new_v6_replacecommit_is_read_once_and_state_changes_of_old_pending_instants_are_seen(
-    lake: tuple[str, list[str]], tmp_path_factory: pytest.TempPathFactory
+    lake: tuple[str, list[str]], s3_env: MotoServer  # noqa: F811
 ) -> None:
     uri = lake[1][2]  # v6: a pending replacecommit's plan tells a clustering from an insert-overwrite
     storage = _open(uri)
     result, _ = _poll(storage, None)
     older, newer = "20990101000000000", FUTURE
     _put(uri, f".hoodie/{older}.replacecommit.requested")
-    moto = _MotoLog(tmp_path_factory, uri.removeprefix("s3://").split("/")[0])
+    moto = _MotoLog(s3_env, uri.removeprefix("s3://").split("/")[0])
     result, cost = _poll(storage, result)
     # the new file alone is read (an empty plan: an insert-overwrite, not a service)
     assert cost == {"list": 1, "get": 1}
@@ -480,3 +479,25 @@ def test_a_discover_root_that_cannot_be_listed_keeps_its_tables_and_is_reported(
         ts.source = gone.root
     anyio.run(daemon._discover)
     assert sorted(daemon.tables) == sorted(tables)
+
+
+def test_run_demo_on_s3_creates_the_table_once_and_serves_it(
+    tmp_path: Path, s3_env: MotoServer  # noqa: F811
+) -> None:
+    """``run --demo s3://...`` writes the demo table to the bucket, compacts and cleans it there; a
+    second run finds the table (no local folder named after the URI) and serves it as it is."""
+    uri = f"s3://{s3_env.new_bucket()}/demo"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HOODIED_")}
+    runs = [subprocess.run(
+        [sys.executable, "-m", "hoodied.service.cli", "run", "--demo", uri, "--once", "--spark", "local[2]"],
+        env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path,
+    ) for _ in range(2)]
+    for done in runs:
+        assert done.returncode == 0, done.stderr[-3000:]
+    assert "created the demo table at " + uri in runs[0].stderr
+    assert "created the demo table" not in runs[1].stderr
+    assert not list(tmp_path.iterdir())
+    storage = _open(uri)
+    timeline = Timeline.load(storage, load_table_config(storage))
+    actions = [i.action for i in timeline.instants if i.is_completed]
+    assert actions.count(Action.COMPACTION) == 1 and Action.CLEAN in actions, actions
