@@ -10,23 +10,40 @@ Builds, under ``--workdir`` (reused when already built for the same row count):
   of the main table and one 4x as large, both with the same log file (the same updates and
   deletes, all on keys of the smaller base file).
 
+``--storage`` says where the compacted table lives:
+
+* ``local`` (default): a copy of the pristine table in ``--workdir``;
+* ``s3``: a moto S3 server the bench starts on a free loopback port (``moto_server`` next to
+  this Python), with the standard ``AWS_*`` variables (endpoint, plain HTTP, region, dummy keys)
+  set in this process before Spark starts, so the Spark JVM and its Python workers inherit
+  them. Each run uploads the pristine table to a fresh bucket (``s3://<bucket>/table``; the
+  upload is not timed, ``upload_seconds``) and hoodied opens it with
+  ``hoodie.storage.storage_for``, as the CLI does. No other host is contacted. The JSON line
+  adds ``driver_requests``: the object-store requests of schedule + execute sent by this
+  process (``hoodie.storage.STORAGE_REQUESTS``; the Spark tasks' own are not seen here).
+
 Then, in one run, it
 
 * starts a local Spark session (``executors.engine.spark_session('local')``) and runs one
   trivial ``mapInArrow`` job so the Python workers are up: ``spark_startup_seconds``;
 * schedules (``planners.compaction.schedule_compaction``, unbounded strategy) and executes
-  (``service.cli.schedule.run_compaction``) the compaction: ``seconds``;
+  (``service.spark_jobs.run_compaction``) the compaction: ``seconds``;
 * times the reference on the same (pre-compaction) table: a hudi-rs snapshot read
-  (``HudiTable.read()``) plus a pyarrow parquet write of the same rows with the same
-  compression (``hoodie.basefile.DEFAULT_COMPRESSION``): ``reference_seconds``;
-* checks that hudi-rs reads the same rows after the compaction (count and checksums);
+  (``HudiTable.read()``; on S3 from the same server, ``with_options`` pointing at it) plus a
+  pyarrow parquet write of the same rows with the same compression
+  (``hoodie.basefile.DEFAULT_COMPRESSION``), one file per partition: ``reference_seconds``. On
+  S3 each file is written to a local temp file and uploaded to the same bucket with
+  ``obstore.put`` (hoodied's writer also stages a data file locally before its upload);
+* checks that hudi-rs reads the same rows after the compaction (count and checksums; on S3
+  from the server);
 * measures the peak RSS of one compaction task (``executors.compaction.compact_operation`` of
   the single file group, run in a fresh Python process; that process's own ``VmHWM``) over the
-  small and the 4x base file: ``peak_rss_mb`` and ``peak_rss_mb_4x``.
+  small and the 4x base file: ``peak_rss_mb`` and ``peak_rss_mb_4x``. On S3 the one-group
+  tables are uploaded to their own buckets and the task reads and writes them there.
 
 It prints ONE JSON line::
 
-    {"rows": ..., "seconds": ..., "reference_seconds": ..., "ratio": ...,
+    {"storage": "local", "rows": ..., "seconds": ..., "reference_seconds": ..., "ratio": ...,
      "spark_startup_seconds": ..., "peak_rss_mb": ..., "peak_rss_mb_4x": ..., ...}
 
 ``ratio`` = hoodied seconds / reference seconds (lower is better).
@@ -39,10 +56,17 @@ import json
 import logging
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -56,12 +80,16 @@ from hoodied.hoodie.basefile import DEFAULT_COMPRESSION
 from hoodied.hoodie.demo.writer import TableSpec, create_table
 from hoodied.hoodie.locks import InProcessLock
 from hoodied.hoodie.properties import TableType
-from hoodied.hoodie.storage import LocalStorage
+from hoodied.hoodie.storage import STORAGE_REQUESTS, LocalStorage, Storage, storage_for
 from hoodied.planners.compaction import CompactionSettings, CompactionStrategy, schedule_compaction
 
 EVERYTHING = CompactionSettings(max_delta_commits=1, strategy=CompactionStrategy.UNBOUNDED)
 UPDATE_FRACTION = 0.20
 DELETE_FRACTION = 0.02
+#: moto accepts any key; these only keep obstore, hudi-rs and Spark's workers off any other source.
+S3_KEY_ID = "hoodied-bench-key-id"
+S3_SECRET = "hoodied-bench-secret"
+S3_REGION = "us-east-1"
 
 
 def _changes(rows: int, keyspace: int, city: str | None) -> tuple[pa.Table, pa.Table]:
@@ -111,10 +139,109 @@ def _fresh_copy(pristine: Path, target: Path) -> Path:
     return target
 
 
-def _hudi_rs_table(path: Path) -> pa.Table:
+# ---------------------------------------------------------------------------- S3 (moto)
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass(frozen=True)
+class MotoS3:
+    """The bench's own moto S3 server on a loopback port."""
+
+    endpoint: str
+
+    def new_bucket(self) -> str:
+        """A fresh, empty bucket (moto takes an unsigned ``PUT /bucket``)."""
+        name = f"bench-{uuid.uuid4().hex[:12]}"
+        request = urllib.request.Request(f"{self.endpoint}/{name}", method="PUT")
+        urllib.request.urlopen(request, timeout=10).close()
+        return name
+
+    def hudi_rs_options(self) -> dict[str, str]:
+        return {
+            "aws_endpoint_url": self.endpoint,
+            "aws_allow_http": "true",
+            "aws_access_key_id": S3_KEY_ID,
+            "aws_secret_access_key": S3_SECRET,
+            "aws_region": S3_REGION,
+        }
+
+    def upload(self, root: Path, bucket: str, prefix: str) -> str:
+        """The local folder ``root`` copied to ``s3://bucket/prefix``; returns that URI."""
+        import obstore
+        from obstore.store import S3Store
+
+        store = S3Store.from_url(f"s3://{bucket}")  # endpoint and keys from the environment
+        for path in sorted(root.rglob("*")):
+            if path.is_file() and path.name != ".bench-built":
+                obstore.put(store, f"{prefix}/{path.relative_to(root).as_posix()}", path)
+        return f"s3://{bucket}/{prefix}"
+
+
+@contextmanager
+def moto_s3(log: Path) -> Iterator[MotoS3]:
+    """Start ``moto_server`` on a free loopback port with the ``AWS_*`` environment pointing at it.
+
+    The variables are set in ``os.environ`` (and left set: the Spark JVM started afterwards and
+    its Python workers take their credentials from there), the server is stopped on exit.
+    """
+    binary = Path(sys.executable).parent / "moto_server"
+    found = str(binary) if binary.exists() else shutil.which("moto_server")
+    if found is None:
+        raise SystemExit("--storage s3 needs moto_server (PyPI moto[server]) in this environment")
+    server = MotoS3(f"http://127.0.0.1:{_free_port()}")
+    os.environ.update(
+        {
+            "AWS_ENDPOINT_URL": server.endpoint,
+            "AWS_ALLOW_HTTP": "true",
+            "AWS_REGION": S3_REGION,
+            "AWS_ACCESS_KEY_ID": S3_KEY_ID,
+            "AWS_SECRET_ACCESS_KEY": S3_SECRET,
+        }
+    )
+    for key in ("AWS_SESSION_TOKEN", "AWS_PROFILE", "AWS_DEFAULT_REGION"):
+        os.environ.pop(key, None)
+    port = server.endpoint.rsplit(":", 1)[1]
+    with log.open("wb") as out:
+        proc = subprocess.Popen([found, "-H", "127.0.0.1", "-p", port], stdout=out, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            if proc.poll() is not None:
+                raise SystemExit(f"moto_server exited with {proc.returncode}, see {log}")
+            try:
+                urllib.request.urlopen(f"{server.endpoint}/moto-api/", timeout=1).close()
+                break
+            except urllib.error.HTTPError:
+                break  # it answers
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise SystemExit(f"moto_server did not answer on {server.endpoint}") from None
+                time.sleep(0.1)
+        yield server
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+
+
+# ---------------------------------------------------------------------------- measurements
+
+
+def _hudi_rs_table(location: str, options: dict[str, str]) -> pa.Table:
     import hudi
 
-    batches = hudi.HudiTableBuilder.from_base_uri(str(path)).build().read()
+    builder = hudi.HudiTableBuilder.from_base_uri(location)
+    if options:
+        builder = builder.with_options(options)
+    batches = builder.build().read()
     return pa.Table.from_batches(batches) if batches else SCHEMA.empty_table()
 
 
@@ -131,16 +258,47 @@ def _checksum(table: pa.Table) -> dict[str, Any]:
     }
 
 
-def reference(path: Path, out_dir: Path) -> tuple[float, pa.Table]:
-    """hudi-rs snapshot read + pyarrow write of the rows (one file per partition, same compression)."""
+#: Writes one parquet file of the reference's output: (rows, file name).
+Sink = Callable[[pa.Table, str], None]
+
+
+def local_sink(out_dir: Path) -> Sink:
     shutil.rmtree(out_dir, ignore_errors=True)
     out_dir.mkdir(parents=True)
+
+    def write(rows: pa.Table, name: str) -> None:
+        pq.write_table(rows, out_dir / name, compression=DEFAULT_COMPRESSION)
+
+    return write
+
+
+def s3_sink(bucket: str, prefix: str, scratch: Path) -> Sink:
+    """pyarrow writes each file to a local temp file, ``obstore.put`` uploads it to the bucket."""
+    import obstore
+    from obstore.store import S3Store
+
+    store = S3Store.from_url(f"s3://{bucket}")
+    scratch.mkdir(parents=True, exist_ok=True)
+
+    def write(rows: pa.Table, name: str) -> None:
+        fd, temp = tempfile.mkstemp(suffix=".parquet", dir=scratch)
+        os.close(fd)
+        try:
+            pq.write_table(rows, temp, compression=DEFAULT_COMPRESSION)
+            obstore.put(store, f"{prefix}/{name}", Path(temp))
+        finally:
+            os.unlink(temp)
+
+    return write
+
+
+def reference(location: str, options: dict[str, str], sink: Sink) -> tuple[float, pa.Table]:
+    """hudi-rs snapshot read + pyarrow write of the rows (one file per partition, same compression)."""
     t0 = time.perf_counter()
-    table = _hudi_rs_table(path)
+    table = _hudi_rs_table(location, options)
     partitions = table.column("_hoodie_partition_path")
     for i, part in enumerate(pc.unique(partitions).to_pylist()):
-        rows = table.filter(pc.equal(partitions, part))
-        pq.write_table(rows, out_dir / f"part-{i}.parquet", compression=DEFAULT_COMPRESSION)
+        sink(table.filter(pc.equal(partitions, part)), f"part-{i}.parquet")
     return time.perf_counter() - t0, table
 
 
@@ -153,10 +311,9 @@ def _warm_up(session: Any) -> None:
     session.range(0, 2, 1, numPartitions=2).mapInArrow(identity, "id bigint").toArrow()
 
 
-def compact(path: Path, session: Any) -> tuple[float, float, int]:
+def compact(storage: Storage, session: Any) -> tuple[float, float, int]:
     from hoodied.service.spark_jobs import run_compaction
 
-    storage = LocalStorage(str(path))
     lock = InProcessLock(storage.base_uri)
     t0 = time.perf_counter()
     inst, plan = schedule_compaction(storage, lock, EVERYTHING)
@@ -171,14 +328,14 @@ _TASK = """
 import time
 from hoodied.executors.compaction import compact_operation, prepare_job
 from hoodied.hoodie.properties import load_table_config
-from hoodied.hoodie.storage import LocalStorage
+from hoodied.hoodie.storage import storage_for
 from hoodied.hoodie.timeline.active import Timeline
 
 def hwm_kb():  # VmHWM, not ru_maxrss: that one carries the forking parent's peak over exec
     with open("/proc/self/status") as f:
         return next(int(line.split()[1]) for line in f if line.startswith("VmHWM:"))
 
-storage = LocalStorage({path!r})
+storage = storage_for({location!r})
 config = load_table_config(storage)
 timeline = Timeline.load(storage, config)
 inst = timeline.get({instant!r})
@@ -191,22 +348,28 @@ print(before, hwm_kb(), time.perf_counter() - t0)
 """
 
 
-def task_peak_rss_mb(pristine: Path, scratch: Path) -> tuple[float, float, float]:
+def task_peak_rss_mb(pristine: Path, scratch: Path, s3: MotoS3 | None) -> tuple[float, float, float]:
     """Peak RSS (MB) of a fresh process running the compaction task of a one-group table.
 
-    Returns (peak RSS, RSS after imports and planning, task seconds).
+    The table is a local copy of ``pristine``, or with ``s3`` an upload of it to a fresh bucket
+    (the child process takes the ``AWS_*`` environment). Returns (peak RSS, RSS after imports
+    and planning, task seconds).
     """
-    path = _fresh_copy(pristine, scratch)
-    storage = LocalStorage(str(path))
+    if s3 is None:
+        location = str(_fresh_copy(pristine, scratch))
+    else:
+        location = s3.upload(pristine, s3.new_bucket(), "table")
+    storage = storage_for(location)
     inst, plan = schedule_compaction(storage, InProcessLock(storage.base_uri), EVERYTHING)
     assert inst is not None, plan.reason
-    code = _TASK.format(path=str(path), instant=inst.requested_time)
+    code = _TASK.format(location=location, instant=inst.requested_time)
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         raise RuntimeError(f"compaction task failed:\n{proc.stderr}")
     # The child's own VmHWM: RUSAGE_CHILDREN here would also count the Spark JVM.
     baseline, peak, seconds = proc.stdout.split()
-    shutil.rmtree(path, ignore_errors=True)
+    if s3 is None:
+        shutil.rmtree(scratch, ignore_errors=True)
     return int(peak) / 1024, int(baseline) / 1024, float(seconds)
 
 
@@ -214,6 +377,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=2_000_000, help="rows of the table (default 2,000,000)")
     parser.add_argument("--workdir", default=None, help="where to build the tables (kept and reused)")
+    parser.add_argument(
+        "--storage",
+        choices=("local", "s3"),
+        default="local",
+        help="where the compacted table lives: local (default) or S3 on a moto server started here",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     workdir = Path(args.workdir or os.path.join(tempfile.gettempdir(), "hoodied-compaction-bench"))
@@ -227,33 +396,55 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     small = _build(workdir / f"one_{group_rows}", group_rows, one_group=True)
     large = _build(workdir / f"one_{group_rows * 4}", group_rows * 4, change_rows=group_rows, one_group=True)
 
-    result: dict[str, Any] = {"rows": info["expected_rows"]}
+    result: dict[str, Any] = {"storage": args.storage, "rows": info["expected_rows"]}
 
-    ref_s, before = reference(pristine, workdir / "reference-out")
-    expected = _checksum(before)
-    del before
-    assert expected["count"] == info["expected_rows"], (expected["count"], info["expected_rows"])
+    with ExitStack() as stack:
+        s3: MotoS3 | None = None
+        upload_s: float | None = None
+        if args.storage == "s3":
+            s3 = stack.enter_context(moto_s3(workdir / "moto.log"))
+            bucket = s3.new_bucket()
+            t0 = time.perf_counter()
+            location = s3.upload(pristine, bucket, "table")
+            upload_s = time.perf_counter() - t0
+            options = s3.hudi_rs_options()
+            # the reference only reads the table: the compaction then runs on the same upload
+            sink = s3_sink(bucket, "reference-out", workdir / "reference-scratch")
+            ref_s, before = reference(location, options, sink)
+        else:
+            options = {}
+            ref_s, before = reference(str(pristine), options, local_sink(workdir / "reference-out"))
+            location = str(_fresh_copy(pristine, workdir / "compacted"))
+        expected = _checksum(before)
+        del before
+        assert expected["count"] == info["expected_rows"], (expected["count"], info["expected_rows"])
 
-    from hoodied.executors.engine import spark_session
+        from hoodied.executors.engine import spark_session
 
-    target = _fresh_copy(pristine, workdir / "compacted")
-    t0 = time.perf_counter()
-    with spark_session("local") as session:
-        _warm_up(session)
-        startup = time.perf_counter() - t0
-        schedule_s, execute_s, groups = compact(target, session)
-    seconds = schedule_s + execute_s
+        storage = storage_for(location)
+        t0 = time.perf_counter()
+        with spark_session("local") as session:
+            _warm_up(session)
+            startup = time.perf_counter() - t0
+            requests_before = STORAGE_REQUESTS.snapshot()
+            schedule_s, execute_s, groups = compact(storage, session)
+            requests = {
+                op: n - requests_before.get(op, 0) for op, n in sorted(STORAGE_REQUESTS.snapshot().items())
+            }
+        seconds = schedule_s + execute_s
 
-    after = _checksum(_hudi_rs_table(target))
-    commit_times = after.pop("commit_times")
-    expected_times = expected.pop("commit_times")
-    assert after == expected, f"hudi-rs reads different rows after the compaction: {after} != {expected}"
-    assert commit_times == expected_times, (commit_times, expected_times)
+        after = _checksum(_hudi_rs_table(location, options))
+        commit_times = after.pop("commit_times")
+        expected_times = expected.pop("commit_times")
+        assert after == expected, f"hudi-rs reads different rows after the compaction: {after} != {expected}"
+        assert commit_times == expected_times, (commit_times, expected_times)
 
-    peak, baseline, task_s = task_peak_rss_mb(workdir / f"one_{small['rows']}", workdir / "rss-scratch")
-    peak_4x, baseline_4x, task_4x_s = task_peak_rss_mb(
-        workdir / f"one_{large['rows']}", workdir / "rss-scratch"
-    )
+        peak, baseline, task_s = task_peak_rss_mb(
+            workdir / f"one_{small['rows']}", workdir / "rss-scratch", s3
+        )
+        peak_4x, baseline_4x, task_4x_s = task_peak_rss_mb(
+            workdir / f"one_{large['rows']}", workdir / "rss-scratch", s3
+        )
 
     result.update(
         seconds=round(seconds, 3),
@@ -274,6 +465,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         cores=os.cpu_count(),
         build_seconds=info["build_seconds"],
     )
+    if s3 is not None:
+        result.update(
+            upload_seconds=round(upload_s or 0.0, 3),
+            # the object-store requests this process sent for schedule + execute (the Spark
+            # tasks send theirs from the Python workers, which this count does not see)
+            driver_requests={op: n for op, n in requests.items() if n},
+            reference_write="pyarrow to a local temp file, then obstore.put to the same bucket",
+        )
     print(json.dumps(result))
     return result
 
