@@ -202,16 +202,7 @@ def execute_archival(
         if dry_run:
             result.recovered = [i.requested_time for i in leftovers]
             return result
-        if leftovers:
-            log.warning(
-                "%d archived instants still on the active timeline (an interrupted archival): "
-                "deleting their files",
-                len(leftovers),
-            )
-            result.deleted += _delete_files(storage, lock, timeline, leftovers)
-            result.recovered = [i.requested_time for i in leftovers]
-            timeline = Timeline.load(storage, config)
-            result.plan = planner(timeline)
+        timeline = _delete_leftovers(storage, config, lock, planner, timeline, leftovers, result)
         plan = result.plan
         writer = HistoryWriter(storage, config.history_path, lock.ensure_held)
         if not plan.instants:
@@ -229,6 +220,30 @@ def execute_archival(
         result.compacted = writer.compact_and_clean(compaction_batch_size)
     log.info("%s: %s", storage.base_uri, result.summary())
     return result
+
+
+def _delete_leftovers(
+    storage: Storage,
+    config: TableConfig,
+    lock: TableLock,
+    planner: Callable[[Timeline], P],
+    timeline: Timeline,
+    leftovers: list[Instant],
+    result: ArchivalResult[P],
+) -> Timeline:
+    """Finish an interrupted archival: the files of instants already archived but still active go
+    first, then the plan is made again on what is left (the timeline returned)."""
+    if not leftovers:
+        return timeline
+    log.warning(
+        "%d archived instants still on the active timeline (an interrupted archival): deleting their files",
+        len(leftovers),
+    )
+    result.deleted += _delete_files(storage, lock, timeline, leftovers)
+    result.recovered = [i.requested_time for i in leftovers]
+    timeline = Timeline.load(storage, config)
+    result.plan = planner(timeline)
+    return timeline
 
 
 def _execute_v6(
@@ -253,16 +268,7 @@ def _execute_v6(
         if dry_run:
             result.recovered = [i.requested_time for i in leftovers]
             return result
-        if leftovers:
-            log.warning(
-                "%d archived instants still on the active timeline (an interrupted archival): "
-                "deleting their files",
-                len(leftovers),
-            )
-            result.deleted += _delete_files(storage, lock, timeline, leftovers)
-            result.recovered = [i.requested_time for i in leftovers]
-            timeline = Timeline.load(storage, config)
-            result.plan = planner(timeline)
+        timeline = _delete_leftovers(storage, config, lock, planner, timeline, leftovers, result)
         plan = result.plan
         if plan.instants:
             records = meta_entries(storage, config, plan.instants, timeline.state_files)

@@ -38,7 +38,7 @@ from tests.executors.test_clean_every_fixture import REFUSED, SKEW
 from tests.executors.test_clean_executor import _files
 from tests.helpers.fixtures import ALL_FIXTURES, require_fixture, unzip_table
 from tests.helpers.mor_tables import hudi_rs_rows, multiset
-from tests.helpers.object_servers import MotoServer, moto_server, s3_env  # noqa: F401  (fixtures)
+from tests.helpers.object_servers import MotoServer, moto_server, s3_env, upload_tree  # noqa: F401  (fixtures)
 
 #: The local suite's clean: the most aggressive retention.
 CLEAN = ["--policy", "KEEP_LATEST_FILE_VERSIONS", "--retained", "1"]
@@ -50,11 +50,7 @@ def hoodied(*args: str) -> Result:
 
 def upload(root: Path, bucket: str, prefix: str) -> str:
     """The local table ``root`` copied to ``s3a://bucket/prefix``; returns that URI."""
-    store = S3Store.from_url(f"s3://{bucket}")
-    for path in sorted(root.rglob("*")):
-        if path.is_file():
-            obstore.put(store, f"{prefix}/{path.relative_to(root).as_posix()}", path.read_bytes())
-    return f"s3a://{bucket}/{prefix}"
+    return upload_tree(root, bucket, prefix, scheme="s3a")
 
 
 def objects(bucket: str, prefix: str) -> set[str]:

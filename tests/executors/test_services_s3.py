@@ -64,7 +64,14 @@ from tests.executors.test_rollback import _fail_service
 from tests.helpers.crash_driver import kill_group, start_paused
 from tests.helpers.fixtures import require_fixture, unzip_table
 from tests.helpers.mor_tables import multiset, written_mor_table
-from tests.helpers.object_servers import S3_KEY_ID, S3_SECRET, MotoServer, moto_server, s3_env  # noqa: F401
+from tests.helpers.object_servers import (  # noqa: F401  (fixtures)
+    S3_KEY_ID,
+    S3_SECRET,
+    MotoServer,
+    moto_server,
+    s3_env,
+    upload_tree,
+)
 from tests.helpers.redis_server import RedisServer, redis_server  # noqa: F401
 
 PROJECT = Path(__file__).resolve().parents[2]
@@ -96,11 +103,7 @@ def spark(moto_server: MotoServer) -> Iterator[Session]:  # noqa: F811
 
 def upload(root: Path, bucket: str, prefix: str = "t") -> str:
     """The local table ``root`` copied to ``s3a://bucket/prefix``; returns that URI."""
-    store = S3Store.from_url(f"s3://{bucket}")
-    for path in sorted(root.rglob("*")):
-        if path.is_file():
-            obstore.put(store, f"{prefix}/{path.relative_to(root).as_posix()}", path.read_bytes())
-    return f"s3a://{bucket}/{prefix}"
+    return upload_tree(root, bucket, prefix, scheme="s3a")
 
 
 def download(uri: str, dest: Path) -> Path:

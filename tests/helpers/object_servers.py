@@ -35,6 +35,7 @@ __all__ = [
     "azurite_server",
     "moto_server",
     "s3_env",
+    "upload_tree",
 ]
 
 PROJECT = Path(__file__).resolve().parents[2]
@@ -183,3 +184,16 @@ def azure_env(azurite_server: AzuriteServer, monkeypatch: pytest.MonkeyPatch) ->
     }.items():
         monkeypatch.setenv(key, value)
     return azurite_server
+
+
+def upload_tree(root: Path, bucket: str, prefix: str = "t", *, scheme: str = "s3") -> str:
+    """Every file under ``root`` copied to ``bucket/prefix`` on the S3 server the standard AWS
+    variables name; returns the copy's URI (``scheme`` ``s3a`` for the form Hadoop writers use)."""
+    import obstore
+    from obstore.store import S3Store
+
+    store = S3Store.from_url(f"s3://{bucket}")
+    for path in sorted(root.rglob("*")):
+        if path.is_file():
+            obstore.put(store, f"{prefix}/{path.relative_to(root).as_posix()}", path.read_bytes())
+    return f"{scheme}://{bucket}/{prefix}"

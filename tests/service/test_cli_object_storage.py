@@ -23,7 +23,7 @@ from obstore.store import S3Store
 
 from tests.helpers.fixtures import require_fixture, unzip_table
 from tests.helpers.mor_tables import multiset
-from tests.helpers.object_servers import MotoServer, moto_server, s3_env  # noqa: F401  (fixtures)
+from tests.helpers.object_servers import MotoServer, moto_server, s3_env, upload_tree  # noqa: F401  (fixtures)
 from tests.helpers.redis_server import RedisServer, redis_server  # noqa: F401  (fixture)
 
 
@@ -33,18 +33,12 @@ def _hoodied(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess
                           capture_output=True, text=True, timeout=120, cwd=cwd)
 
 
-def _upload(root: Path, bucket: str, prefix: str) -> None:
-    store = S3Store.from_url(f"s3://{bucket}")
-    for path in sorted(root.rglob("*")):
-        if path.is_file():
-            obstore.put(store, f"{prefix}/{path.relative_to(root).as_posix()}", path.read_bytes())
-
 
 @pytest.mark.parametrize("fid", ["cow/v8_nonpartitioned", "mor/avro/v8_trips_8i3u1d"])
 def test_timeline_inspect_and_read_on_s3(fid: str, s3_env: MotoServer, tmp_path: Path) -> None:  # noqa: F811
     local = unzip_table(require_fixture(fid), tmp_path / "local")
     bucket = s3_env.new_bucket()
-    _upload(local, bucket, "warehouse/t")
+    upload_tree(local, bucket, "warehouse/t")
     for scheme in ("s3", "s3a"):  # Hudi's writers name tables s3a://
         uri = f"{scheme}://{bucket}/warehouse/t"
         for command in ("timeline", "inspect"):
@@ -82,7 +76,7 @@ def test_commands_that_write_work_on_object_store_tables(
     after the URI appears. (Every service on S3: ``tests/executors/test_services_s3.py``.)"""
     local = unzip_table(require_fixture("cow/v9_txns_simple_nometa"), tmp_path / "local")
     bucket = s3_env.new_bucket()
-    _upload(local, bucket, "t")
+    upload_tree(local, bucket, "t")
     uri, before = f"s3a://{bucket}/t", _objects(bucket)
     reader = hudi.HudiTableBuilder.from_base_uri(uri).with_options(s3_env.hudi_rs_options()).build()
     rows = multiset(pa.Table.from_batches(reader.read(hudi.HudiReadOptions())))

@@ -57,6 +57,7 @@ from tests.helpers.object_servers import (  # noqa: F401  (fixtures)
     azurite_server,
     moto_server,
     s3_env,
+    upload_tree,
 )
 
 #: (fixture, timeline folder): a v9 and a v8 table (layout 2, with and without a metadata table)
@@ -68,12 +69,6 @@ TABLES = [
 ]
 FUTURE = "20991231235959000"
 
-
-def _upload(root: Path, bucket: str, prefix: str) -> None:
-    store = S3Store.from_url(f"s3://{bucket}")
-    for path in sorted(root.rglob("*")):
-        if path.is_file():
-            obstore.put(store, f"{prefix}/{path.relative_to(root).as_posix()}", path.read_bytes())
 
 
 def _put(uri: str, key: str, data: bytes = b"") -> None:
@@ -92,7 +87,7 @@ def lake(s3_env: MotoServer, tmp_path: Path) -> Iterator[tuple[str, list[str]]]:
     bucket = s3_env.new_bucket()
     prefixes = ["lake/a/t0", "lake/b/c/t1", "lake/t2"]
     for (fid, _), prefix in zip(TABLES, prefixes, strict=True):
-        _upload(unzip_table(require_fixture(fid), tmp_path / prefix), bucket, prefix)
+        upload_tree(unzip_table(require_fixture(fid), tmp_path / prefix), bucket, prefix)
     yield f"s3://{bucket}/lake", [f"s3://{bucket}/{p}" for p in prefixes]
 
 
@@ -227,8 +222,8 @@ def test_discovery_under_an_s3_root_finds_exactly_the_tables(
     root, tables = lake
     bucket = root.removeprefix("s3://").split("/")[0]
     extra = unzip_table(require_fixture("cow/v8_nonpartitioned"), tmp_path / "extra")
-    _upload(extra, bucket, "lake/.trash/t3")  # hidden folders are not searched
-    _upload(extra, bucket, "lake/d/e/f/t4")  # deeper than max_depth 3
+    upload_tree(extra, bucket, "lake/.trash/t3")  # hidden folders are not searched
+    upload_tree(extra, bucket, "lake/d/e/f/t4")  # deeper than max_depth 3
     _put(root, "notes/readme.txt", b"not a table")
     _put(root, "b/c/x/.hoodie/timeline/README", b"a .hoodie without hoodie.properties")
     assert discover_tables(root, 3) == sorted(tables)
@@ -413,7 +408,7 @@ def test_run_once_plans_and_executes_the_compaction_of_an_s3_table(
     written_mor_table(local)  # six delta commits: the default compaction trigger (5) fires
     rows = hudi_rs_rows(local)
     uri = f"s3://{s3_env.new_bucket()}/warehouse/trips"
-    _upload(local, uri.removeprefix("s3://").split("/")[0], "warehouse/trips")
+    upload_tree(local, uri.removeprefix("s3://").split("/")[0], "warehouse/trips")
     assert _s3_rows(uri, s3_env) == rows and _s3_rows(uri, s3_env, read_optimized=True) != rows
     env = {k: v for k, v in os.environ.items() if not k.startswith("HOODIED_")}
     done = subprocess.run(

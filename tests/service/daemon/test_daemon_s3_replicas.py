@@ -16,10 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import hudi
-import obstore
 import pyarrow as pa
 import yaml
-from obstore.store import S3Store
 
 from hoodied.hoodie.locks import InProcessLock
 from hoodied.hoodie.object_storage import ObjectStorage
@@ -33,7 +31,7 @@ from hoodied.planners.compaction import schedule_compaction
 from tests.helpers.daemon_procs import events, hoodied
 from tests.helpers.fixtures import require_fixture, unzip_table
 from tests.helpers.mor_tables import multiset, written_mor_table
-from tests.helpers.object_servers import MotoServer, moto_server, s3_env  # noqa: F401  (fixtures)
+from tests.helpers.object_servers import MotoServer, moto_server, s3_env, upload_tree  # noqa: F401  (fixtures)
 from tests.helpers.redis_server import RedisServer, redis_server  # noqa: F401  (fixture)
 
 CLEAN_FIXTURES = ["cow/v9_txns_simple_nometa", "mor/avro/v9_txns_simple_nometa", "cow/v9_txns_complex_nometa"]
@@ -50,13 +48,6 @@ SETTINGS: dict[str, Any] = {
     "concurrency": {"workers": 2},
 }
 
-
-def _upload(root: Path, bucket: str, prefix: str) -> str:
-    store = S3Store.from_url(f"s3://{bucket}")
-    for path in sorted(root.rglob("*")):
-        if path.is_file():
-            obstore.put(store, f"{prefix}/{path.relative_to(root).as_posix()}", path.read_bytes())
-    return f"s3://{bucket}/{prefix}"
 
 
 def _rows(uri: str, server: MotoServer, *, listing: str) -> Counter[Any]:
@@ -93,7 +84,7 @@ def test_twenty_s3_tables_two_replicas_execute_every_instant_exactly_once(
         assert inst is not None
         requested[root] = inst.requested_time
     bucket = s3_env.new_bucket()
-    uris = {root: _upload(root, bucket, f"lake/t{n:02d}") for n, root in enumerate([*mor, *cleans])}
+    uris = {root: upload_tree(root, bucket, f"lake/t{n:02d}") for n, root in enumerate([*mor, *cleans])}
     before = {u: _rows(u, s3_env, listing="storage") for u in uris.values()}
     existing = {u: {i.requested_time for i in _timeline(u).instants} for u in uris.values()}
 

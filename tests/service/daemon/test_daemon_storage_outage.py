@@ -30,18 +30,12 @@ from hoodied.service.daemon.jobs import is_storage_outage
 from tests.helpers.daemon_procs import events, get_or_none, hoodied, stop, wait_for
 from tests.helpers.fault_proxy import SLOW_DOWN, Fault, FaultProxy, fault_proxy  # noqa: F401  (fixture)
 from tests.helpers.fixtures import require_fixture, unzip_table
-from tests.helpers.object_servers import MotoServer, moto_server, s3_env  # noqa: F401  (fixtures)
+from tests.helpers.object_servers import MotoServer, moto_server, s3_env, upload_tree  # noqa: F401  (fixtures)
 from tests.helpers.redis_server import free_port
 
 TABLE = "cow/v9_txns_simple_nometa"
 MAX_ATTEMPTS = 2
 
-
-def _upload(root: Path, bucket: str, prefix: str) -> None:
-    store = S3Store.from_url(f"s3://{bucket}")
-    for path in sorted(root.rglob("*")):
-        if path.is_file():
-            obstore.put(store, f"{prefix}/{path.relative_to(root).as_posix()}", path.read_bytes())
 
 
 def _cleans(uri: str) -> list[str]:
@@ -64,7 +58,7 @@ def tables(s3_env: MotoServer, tmp_path: Path) -> Iterator[list[str]]:  # noqa: 
     bucket = s3_env.new_bucket()
     uris = []
     for n in range(2):
-        _upload(unzip_table(require_fixture(TABLE), tmp_path / f"t{n}"), bucket, f"lake/t{n}")
+        upload_tree(unzip_table(require_fixture(TABLE), tmp_path / f"t{n}"), bucket, f"lake/t{n}")
         uris.append(f"s3://{bucket}/lake/t{n}")
     yield uris
 
