@@ -25,7 +25,6 @@ from typing import Any
 
 import hudi
 import obstore
-import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner, Result
@@ -71,10 +70,7 @@ def lock_file(bucket: str, prefix: str) -> dict[str, Any]:
 
 def hudi_rs_s3(uri: str, server: MotoServer, *, metadata: bool) -> Counter[Any]:
     """The snapshot hudi-rs reads from S3, listing through the metadata table or through storage."""
-    builder = hudi.HudiTableBuilder.from_base_uri(uri).with_options(server.hudi_rs_options())
-    builder = builder.with_hudi_option("hoodie.metadata.enable", "true" if metadata else "false")
-    batches = builder.build().read(hudi.HudiReadOptions())
-    return multiset(pa.Table.from_batches(batches)) if batches else Counter()
+    return hudi_rs_rows(uri, options=server.hudi_rs_options(), metadata=metadata)
 
 
 def hudi_rs_slices_s3(uri: str, server: MotoServer) -> set[tuple[str, str]]:

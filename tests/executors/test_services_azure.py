@@ -20,9 +20,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import hudi
 import obstore
-import pyarrow as pa
 import pytest
 from click.testing import CliRunner, Result
 from obstore.store import AzureStore
@@ -35,7 +33,7 @@ from hoodied.hoodie.timeline.active import Timeline
 from hoodied.hoodie.timeline.instant import Action
 from hoodied.service.cli.main import EXIT_STORAGE, cli
 from tests.helpers.fixtures import require_fixture, unzip_table
-from tests.helpers.mor_tables import multiset
+from tests.helpers.mor_tables import hudi_rs_rows, multiset
 from tests.helpers.object_servers import (  # noqa: F401  (fixtures)
     AZURITE_ACCOUNT,
     AZURITE_KEY,
@@ -85,12 +83,7 @@ def objects(container: str) -> dict[str, str]:
 def hudi_rs(uri: str, server: AzuriteServer, *, metadata: bool, read_optimized: bool = False) -> Counter[Any]:
     options = {"azure_storage_account_name": AZURITE_ACCOUNT, "azure_storage_account_key": AZURITE_KEY,
                "azure_storage_endpoint": server.endpoint, "allow_http": "true"}
-    builder = hudi.HudiTableBuilder.from_base_uri(uri).with_options(options)
-    builder = builder.with_hudi_option("hoodie.metadata.enable", "true" if metadata else "false")
-    if read_optimized:
-        builder = builder.with_hudi_option("hoodie.read.use.read_optimized.mode", "true")
-    batches = builder.build().read(hudi.HudiReadOptions())
-    return multiset(pa.Table.from_batches(batches)) if batches else Counter()
+    return hudi_rs_rows(uri, options=options, metadata=metadata, read_optimized=read_optimized)
 
 
 def rows_both_ways(uri: str, server: AzuriteServer) -> Counter[Any]:

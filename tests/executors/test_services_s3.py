@@ -19,23 +19,17 @@ was started with).
 
 from __future__ import annotations
 
-import http.client
 import json
 import os
 import subprocess
 import sys
-import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
-import hudi
 import obstore
-import pyarrow as pa
 import pytest
 from click.testing import CliRunner, Result
 from obstore.exceptions import GenericError
@@ -62,8 +56,9 @@ from tests.executors.test_indexing import (
 from tests.executors.test_rollback import CASES as ROLLBACK_CASES
 from tests.executors.test_rollback import _fail_service
 from tests.helpers.crash_driver import kill_group, start_paused
+from tests.helpers.fault_proxy import Fault, FaultProxy, fault_proxy  # noqa: F401  (fixture)
 from tests.helpers.fixtures import require_fixture, unzip_table
-from tests.helpers.mor_tables import multiset, written_mor_table
+from tests.helpers.mor_tables import hudi_rs_rows, multiset, written_mor_table
 from tests.helpers.object_servers import (  # noqa: F401  (fixtures)
     S3_KEY_ID,
     S3_SECRET,
@@ -123,12 +118,8 @@ def objects(bucket: str) -> dict[str, str]:
 
 def hudi_rs(uri: str, server: MotoServer, *, metadata: bool, read_optimized: bool = False) -> Counter[Any]:
     """The snapshot hudi-rs reads from S3, listing through the metadata table or through storage."""
-    builder = hudi.HudiTableBuilder.from_base_uri(uri).with_options(server.hudi_rs_options())
-    builder = builder.with_hudi_option("hoodie.metadata.enable", "true" if metadata else "false")
-    if read_optimized:
-        builder = builder.with_hudi_option("hoodie.read.use.read_optimized.mode", "true")
-    batches = builder.build().read(hudi.HudiReadOptions())
-    return multiset(pa.Table.from_batches(batches)) if batches else Counter()
+    return hudi_rs_rows(uri, options=server.hudi_rs_options(), metadata=metadata,
+                        read_optimized=read_optimized)
 
 
 def rows_both_ways(uri: str, server: MotoServer) -> Counter[Any]:
@@ -478,74 +469,12 @@ def test_a_missing_bucket_is_one_line_and_exit_code_6(s3_env: MotoServer, tmp_pa
         objects(bucket)
 
 
-class _RefuseDataFileUploads(BaseHTTPRequestHandler):
-    """An S3 endpoint in front of moto that refuses (403 AccessDenied, as a bucket policy denying
-    writes would) every PUT of a ``.parquet`` object and forwards everything else."""
-
-    protocol_version = "HTTP/1.1"
-    upstream: tuple[str, int] = ("127.0.0.1", 0)
-    refused: list[str] = []
-    #: the Range header of every GET of a parquet object (None: the whole object)
-    parquet_gets: list[str | None] = []
-    _DENIED = (b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>AccessDenied</Code>'
-               b"<Message>Access Denied</Message></Error>")
-
-    def log_message(self, format: str, *args: Any) -> None:  # quiet
-        pass
-
-    def _forward(self) -> None:
-        length = int(self.headers.get("Content-Length") or 0)
-        body = self.rfile.read(length) if length else None
-        key = urlsplit(self.path).path
-        if self.command == "GET" and key.endswith(".parquet"):
-            self.parquet_gets.append(self.headers.get("Range"))
-        if self.command == "PUT" and key.endswith(".parquet"):
-            self.refused.append(key)
-            self._answer(403, [("Content-Type", "application/xml")], self._DENIED)
-            return
-        conn = http.client.HTTPConnection(*self.upstream, timeout=30)
-        try:
-            conn.request(self.command, self.path, body=body, headers=dict(self.headers.items()))
-            response = conn.getresponse()
-            data = response.read()
-            # a HEAD's Content-Length is the object's size: kept as the store sent it
-            skip = {"transfer-encoding", "connection", "content-length"} - ({"content-length"} if
-                                                                           self.command == "HEAD" else set())
-            headers = [(k, v) for k, v in response.getheaders() if k.lower() not in skip]
-            self._answer(response.status, headers, data)
-        finally:
-            conn.close()
-
-    def _answer(self, status: int, headers: list[tuple[str, str]], data: bytes) -> None:
-        self.send_response_only(status)
-        for key, value in headers:
-            self.send_header(key, value)
-        if self.command != "HEAD":
-            self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        if self.command != "HEAD":
-            self.wfile.write(data)
-
-    do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _forward
-
-
-@pytest.fixture
-def refusing_endpoint(moto_server: MotoServer) -> Iterator[type[_RefuseDataFileUploads]]:  # noqa: F811
-    handler = type("Handler", (_RefuseDataFileUploads,), {"upstream": ("127.0.0.1", moto_server.port),
-                                                           "refused": [], "parquet_gets": []})
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    handler.endpoint = f"http://127.0.0.1:{server.server_address[1]}"  # type: ignore[attr-defined]
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield handler
-    finally:
-        server.shutdown()
-        server.server_close()
+#: What a bucket policy denying writes answers to every PUT of a ``.parquet`` object.
+REFUSE_DATA_FILE_UPLOADS = Fault(403, "AccessDenied", frozenset({"PUT"}), ".parquet")
 
 
 def test_a_refused_upload_fails_in_one_line_and_leaves_nothing(
-    s3_env: MotoServer, redis_server: RedisServer, refusing_endpoint: Any, tmp_path: Path  # noqa: F811
+    s3_env: MotoServer, redis_server: RedisServer, fault_proxy: FaultProxy, tmp_path: Path  # noqa: F811
 ) -> None:
     """Every base-file upload of a compaction refused by the store: ``execute`` (its own process,
     driver and tasks on that endpoint) exits 6 with one line naming the bucket and the refused
@@ -555,7 +484,8 @@ def test_a_refused_upload_fails_in_one_line_and_leaves_nothing(
     uri = upload(unzip_table(require_fixture("mor/avro/v6_trips_8i3d"), tmp_path / "local"), bucket)
     before = rows_both_ways(uri, s3_env)
     t = schedule(uri, "compaction", redis_server, *COMPACT_ALL)
-    env = dict(os.environ, AWS_ENDPOINT_URL=refusing_endpoint.endpoint, PYTHONPATH=str(PROJECT))
+    fault_proxy.fault = REFUSE_DATA_FILE_UPLOADS
+    env = dict(os.environ, AWS_ENDPOINT_URL=fault_proxy.endpoint, PYTHONPATH=str(PROJECT))
     failed = subprocess.run(
         [sys.executable, "-m", "hoodied.service.cli", "execute", uri, "--lock", redis_server.url,
          "--spark", "local[1]", *HEARTBEAT, *SKEW],
@@ -566,10 +496,11 @@ def test_a_refused_upload_fails_in_one_line_and_leaves_nothing(
     # (Spark's own log shows the task's traceback; hoodied says it in one line)
     assert len(errors) == 1, failed.stderr[-3000:]
     assert f"bucket {bucket!r}" in errors[0] and "create refused: permission denied" in errors[0], errors[0]
-    assert refusing_endpoint.refused and all(p.endswith(f"_{t}.parquet") for p in refusing_endpoint.refused)
+    refused = [key for _, key, _ in fault_proxy.answered]
+    assert refused and all(p.endswith(f"_{t}.parquet") for p in refused)
     assert not _outputs(uri, t)  # nothing partial: no object under any refused name
     # the tasks read the base files by ranged GETs (``Storage.open``), never by whole-object GETs
-    gets = refusing_endpoint.parquet_gets
+    gets = [r for method, key, r in fault_proxy.forwarded if method == "GET" and key.endswith(".parquet")]
     assert gets and all(r is not None and r.startswith("bytes=") for r in gets), gets
     assert rows_both_ways(uri, s3_env) == before
     assert timeline(uri).get(t).state is State.INFLIGHT  # type: ignore[union-attr]

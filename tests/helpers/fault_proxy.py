@@ -4,7 +4,7 @@
 answers itself: a status and an S3 error code (``503 SlowDown`` for throttling, ``403
 AccessDenied`` for a bucket policy refusing writes), for requests matching a method and a key
 suffix. Tests switch the fault on and off while real processes talk to the proxy (their
-``AWS_ENDPOINT_URL``), and read what it answered.
+``AWS_ENDPOINT_URL``), and read what it answered and what it forwarded.
 """
 
 from __future__ import annotations
@@ -52,6 +52,8 @@ class FaultProxy:
         self.upstream = upstream
         self.fault: Fault | None = None
         self.answered: list[tuple[str, str, int]] = []
+        #: (method, key, Range header or None) of every forwarded request
+        self.forwarded: list[tuple[str, str, str | None]] = []
         self._lock = threading.Lock()
         proxy = self
 
@@ -71,6 +73,8 @@ class FaultProxy:
                         proxy.answered.append((self.command, key, fault.status))
                     self._answer(fault.status, [("Content-Type", "application/xml")], fault.body())
                     return
+                with proxy._lock:
+                    proxy.forwarded.append((self.command, key, self.headers.get("Range")))
                 conn = http.client.HTTPConnection("127.0.0.1", proxy.upstream.port, timeout=60)
                 try:
                     conn.request(self.command, self.path, body=body, headers=dict(self.headers.items()))

@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 from collections import Counter
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -46,8 +47,18 @@ def multiset(table: pa.Table) -> Counter[Any]:
     return Counter(tuple(sorted((k, norm_value(v)) for k, v in r.items())) for r in table.to_pylist())
 
 
-def hudi_rs_rows(root: Path, *, read_optimized: bool = False) -> Counter[Any]:
+def hudi_rs_rows(
+    root: Path | str, *, read_optimized: bool = False, metadata: bool | None = None,
+    options: Mapping[str, str] | None = None,
+) -> Counter[Any]:
+    """hudi-rs's snapshot of the table at ``root`` (a path or an object-store URI, ``options`` then
+    saying how to reach it): listing through the metadata table or storage as ``metadata`` says,
+    hudi-rs's default when ``None``."""
     builder = hudi.HudiTableBuilder.from_base_uri(str(root))
+    if options:
+        builder = builder.with_options(dict(options))
+    if metadata is not None:
+        builder = builder.with_hudi_option("hoodie.metadata.enable", "true" if metadata else "false")
     if read_optimized:
         builder = builder.with_hudi_option("hoodie.read.use.read_optimized.mode", "true")
     batches = builder.build().read(hudi.HudiReadOptions())

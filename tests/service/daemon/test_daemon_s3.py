@@ -21,9 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import hudi
 import obstore
-import pyarrow as pa
 import pytest
 from obstore.store import S3Store
 from prometheus_client.parser import text_string_to_metric_families
@@ -48,7 +46,7 @@ from hoodied.service.daemon.poll import (
 )
 from hoodied.service.daemon.registry import build_registry
 from tests.helpers.fixtures import require_fixture, unzip_table
-from tests.helpers.mor_tables import hudi_rs_rows, multiset, written_mor_table
+from tests.helpers.mor_tables import hudi_rs_rows, written_mor_table
 from tests.helpers.object_servers import (  # noqa: F401  (fixtures)
     S3_SECRET,
     AzuriteServer,
@@ -392,11 +390,7 @@ def test_run_once_on_an_s3_discover_root_shows_pending_instants_and_no_secret(
 
 
 def _s3_rows(uri: str, server: MotoServer, *, read_optimized: bool = False) -> Counter[Any]:
-    builder = hudi.HudiTableBuilder.from_base_uri(uri).with_options(server.hudi_rs_options())
-    if read_optimized:
-        builder = builder.with_hudi_option("hoodie.read.use.read_optimized.mode", "true")
-    batches = builder.build().read(hudi.HudiReadOptions())
-    return multiset(pa.Table.from_batches(batches)) if batches else Counter()
+    return hudi_rs_rows(uri, options=server.hudi_rs_options(), read_optimized=read_optimized)
 
 
 def test_run_once_plans_and_executes_the_compaction_of_an_s3_table(

@@ -15,8 +15,6 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-import hudi
-import pyarrow as pa
 import yaml
 
 from hoodied.hoodie.locks import InProcessLock
@@ -30,7 +28,7 @@ from hoodied.planners.clean import CleanSettings, schedule_clean
 from hoodied.planners.compaction import schedule_compaction
 from tests.helpers.daemon_procs import events, hoodied
 from tests.helpers.fixtures import require_fixture, unzip_table
-from tests.helpers.mor_tables import multiset, written_mor_table
+from tests.helpers.mor_tables import hudi_rs_rows, written_mor_table
 from tests.helpers.object_servers import MotoServer, moto_server, s3_env, upload_tree  # noqa: F401  (fixtures)
 from tests.helpers.redis_server import RedisServer, redis_server  # noqa: F401  (fixture)
 
@@ -51,10 +49,7 @@ SETTINGS: dict[str, Any] = {
 
 
 def _rows(uri: str, server: MotoServer, *, listing: str) -> Counter[Any]:
-    builder = hudi.HudiTableBuilder.from_base_uri(uri).with_options(server.hudi_rs_options())
-    builder = builder.with_hudi_option("hoodie.metadata.enable", "true" if listing == "metadata" else "false")
-    batches = builder.build().read(hudi.HudiReadOptions())
-    return multiset(pa.Table.from_batches(batches)) if batches else Counter()
+    return hudi_rs_rows(uri, options=server.hudi_rs_options(), metadata=listing == "metadata")
 
 
 def _timeline(uri: str) -> Timeline:
