@@ -3,13 +3,15 @@
 An attempt of instant T (compaction, log compaction, clustering) finds its instant under the table
 lock (``pending_instant``: a completed T only has its leftover markers deleted), checks its plan
 and inputs with the same function that ``service.spark_jobs`` runs before any rollback of a
-failed attempt (each executor's ``check_*``, built on ``read_plan``), starts with its
-heartbeat, then the inflight transition (``start_attempt``: a failure there stops the
-heartbeat: nothing ran); its Spark job then runs outside the lock (``run_attempt``,
+failed attempt (each executor's ``check_*``, built on ``read_plan``), claims the instant
+(``hoodie.fence``: the attempt's job and commit write only through a ``FencedStorage``), starts
+its heartbeat, then the inflight transition (``start_attempt``: a failure there ends the
+attempt: nothing ran); its Spark job then runs outside the lock (``run_attempt``,
 ``executors.engine.run_operations``) and must return at least one row for every operation.
-``commit_attempt`` completes it under the lock: files with markers but no write stat (failed
-or duplicate task attempts) are deleted, the MDT delta commit T is written and completed
-(``hoodie.metadata.commit.write_commit_to_metadata_table``), then T; the markers go afterwards.
+``commit_attempt`` completes it under the lock, if the attempt was not taken over: files with
+markers but no write stat (failed or duplicate task attempts) are deleted, the MDT delta commit
+T is written and completed (``hoodie.metadata.commit.write_commit_to_metadata_table``), then T;
+the markers go afterwards, and ``Attempt.end`` stops the heartbeat and releases the claim.
 
 The crash points ``requested``, ``inflight`` and ``written`` (``hoodie.crashpoints``) mark the
 steps for the kill -9 tests; ``mdt-log-written`` and ``mdt-done`` are those of the MDT delta
@@ -30,7 +32,8 @@ from pyspark.sql import SparkSession
 from hoodied.executors.engine import OperationTask, Progress, run_operations
 from hoodied.hoodie.crashpoints import crash_point
 from hoodied.hoodie.errors import HoodieFormatError, InstantStateError, UnsupportedTableError
-from hoodied.hoodie.heartbeat import Heartbeat, require_startable
+from hoodied.hoodie.fence import Attempt, attempt_path, start_attempt
+from hoodied.hoodie.heartbeat import require_startable
 from hoodied.hoodie.locks import TableLock
 from hoodied.hoodie.markers import WriteMarkers
 from hoodied.hoodie.metadata.commit import require_commit_maintainable, write_commit_to_metadata_table
@@ -44,6 +47,7 @@ from hoodied.hoodie.timeline.writer import TimelineWriter
 
 __all__ = [
     "require_rewritable",
+    "Attempt",
     "AttemptResult",
     "by_partition",
     "commit_attempt",
@@ -104,7 +108,8 @@ def pending_instant(
 ) -> Instant:
     """Instant ``instant_time`` (a ``name`` instant by ``is_kind``), read under the lock.
 
-    A completed instant's markers, left by a crash right after completing, are deleted. A
+    A completed instant's markers and attempt identity, left by a crash right after completing,
+    are deleted. A
     pending instant must be startable (no live or failed attempt).
     """
     inst = timeline.get(instant_time)
@@ -112,8 +117,9 @@ def pending_instant(
         raise InstantStateError(
             f"{storage.base_uri}: no {name} instant {instant_time} on the active timeline"
         )
-    if inst.is_completed:
+    if inst.is_completed:  # leftovers of a crash right after completing
         WriteMarkers(storage, instant_time).delete_all()
+        storage.delete(attempt_path(instant_time))
         return inst
     require_startable(storage, inst, name, heartbeat_interval_ms, tolerable_misses)
     return inst
@@ -126,17 +132,6 @@ def read_plan(timeline: Timeline, inst: Instant, name: str, plan_type: type[P]) 
     if not isinstance(plan, plan_type):
         raise HoodieFormatError(f"{timeline.state_file(inst, State.REQUESTED)}: {name} plan is empty")
     return plan
-
-
-def start_attempt(writer: TimelineWriter, heartbeat: Heartbeat, instant_time: str, action: Action) -> None:
-    """Heartbeat first, then ``T.<action>.inflight`` (the caller holds the lock)."""
-    heartbeat.start()
-    try:
-        crash_point("requested")
-        writer.transition_to_inflight(instant_time, action)
-    except BaseException:
-        heartbeat.stop(delete=True)
-        raise
 
 
 def run_attempt(
@@ -169,7 +164,7 @@ def by_partition(write_stats: list[dict[str, Any]]) -> dict[str, list[dict[str, 
 
 def commit_attempt(
     result: AttemptResult,
-    storage: Storage,
+    attempt: Attempt,
     config: TableConfig,
     lock: TableLock,
     writer: TimelineWriter,
@@ -181,15 +176,19 @@ def commit_attempt(
     record_index: Sequence[MetadataRecord] = (),
     check: Callable[[], None] | None = None,
 ) -> None:
-    """Complete the attempt of ``result.instant`` with ``metadata`` (encoded by ``encode``; takes ``lock``).
+    """Complete ``attempt`` of ``result.instant`` with ``metadata`` (encoded by ``encode``; takes ``lock``).
 
-    Under the lock: the files with markers but not in ``result.write_stats`` are deleted
-    (``result.removed``), ``check()`` runs (a refusal leaves the attempt inflight), the MDT
-    delta commit T completes before T does, as in Hudi (readers ignore it until then), and
-    ``result.instant`` becomes the completed T. The markers go afterwards.
+    Under the lock, first of all, the attempt must still be the instant's current one
+    (``AttemptSupersededError`` otherwise: nothing is changed); then the files with markers but
+    not in ``result.write_stats`` are deleted (``result.removed``), ``check()`` runs (a refusal
+    leaves the attempt inflight), the MDT delta commit T completes before T does, as in Hudi
+    (readers ignore it until then), and ``result.instant`` becomes the completed T. The markers
+    go afterwards.
     """
     instant_time = result.instant.requested_time
+    storage = attempt.storage  # every write and delete below is admitted by the fence
     with lock:
+        attempt.fence.check()
         written = {s["path"] for s in result.write_stats}
         result.removed = WriteMarkers(storage, instant_time).reconcile(written)
         if check is not None:
@@ -197,6 +196,7 @@ def commit_attempt(
         write_commit_to_metadata_table(storage, config, lock, instant_time, metadata,
                                        time_settings=time_settings, record_index=record_index)
         lock.ensure_held()
+        attempt.fence.check()
         result.instant = writer.complete(instant_time, action, encode(metadata, config.version))
     WriteMarkers(storage, instant_time).delete_all()
 

@@ -63,11 +63,11 @@ from hoodied.hoodie.errors import (
     StorageError,
     UnsupportedTableError,
 )
+from hoodied.hoodie.fence import start_attempt
 from hoodied.hoodie.filenames import PARTITION_METAFILE, BaseFileName, LogFileName
 from hoodied.hoodie.heartbeat import (
     DEFAULT_INTERVAL_MS,
     DEFAULT_TOLERABLE_MISSES,
-    Heartbeat,
     is_heartbeat_expired,
     last_heartbeat_ms,
 )
@@ -392,7 +392,6 @@ def execute_clean(
         raise ValueError("clean parallelism must be at least 1")
     started = time.monotonic()
     writer = TimelineWriter(storage, config, lock, time_settings=time_settings)
-    heartbeat = Heartbeat(storage, clean_time, interval_ms=heartbeat_interval_ms)
     with lock:
         timeline = Timeline.load(storage, config)
         inst = timeline.get(clean_time)
@@ -414,13 +413,9 @@ def execute_clean(
                 f"{last_heartbeat_ms(storage, clean_time)} ms since the epoch); "
                 "another executor is working on it"
             )
-        heartbeat.start()
-        try:
-            crash_point("requested")
-            writer.transition_to_inflight(clean_time, Action.CLEAN)
-        except BaseException:
-            heartbeat.stop(delete=True)
-            raise
+        # a superseded (paused) earlier attempt can delete nothing more, nor complete (hoodie.fence)
+        attempt = start_attempt(storage, writer, clean_time, Action.CLEAN, heartbeat_interval_ms)
+    storage = attempt.storage
     try:
         crash_point("inflight")
         result = CleanResult(inst)
@@ -439,9 +434,10 @@ def execute_clean(
                 _write_metadata_table(storage, config, lock, clean_time, plan, time_settings)
                 crash_point("mdt-done")
             lock.ensure_held()
+            attempt.fence.check()
             result.instant = writer.complete(clean_time, Action.CLEAN, metadata)
     finally:
-        heartbeat.stop(delete=True)
+        attempt.end()
     log.info("%s", result.summary())
     return result
 

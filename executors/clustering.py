@@ -50,6 +50,7 @@ nothing committed), ``mdt-log-written`` / ``mdt-done`` (``hoodie.metadata.commit
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import logging
 import os
@@ -100,7 +101,6 @@ from hoodied.hoodie.fsview import CommitState, FileSlice
 from hoodied.hoodie.heartbeat import (
     DEFAULT_INTERVAL_MS,
     DEFAULT_TOLERABLE_MISSES,
-    Heartbeat,
 )
 from hoodied.hoodie.locks import TableLock
 from hoodied.hoodie.markers import IOType, WriteMarkers
@@ -489,7 +489,6 @@ def execute_clustering(
     require_rewritable(storage, config, CLUSTER, "clustering")
     started = time.monotonic()
     writer = TimelineWriter(storage, config, lock, time_settings=time_settings)
-    heartbeat = Heartbeat(storage, instant_time, interval_ms=heartbeat_interval_ms)
     with lock:
         timeline = Timeline.load(storage, config)
         inst = pending_instant(storage, timeline, instant_time, "clustering", timeline.is_clustering,
@@ -499,7 +498,8 @@ def execute_clustering(
         plan, job, table_schema = check_clustering(storage, config, timeline, inst,
                                                    row_group_rows=row_group_rows)
         require_no_conflict(timeline, inst, plan)  # refuse early: nothing written yet
-        start_attempt(writer, heartbeat, instant_time, Action.CLUSTERING)
+        attempt = start_attempt(storage, writer, instant_time, Action.CLUSTERING, heartbeat_interval_ms)
+        job = dataclasses.replace(job, storage=attempt.storage)  # its tasks write through the fence
     try:
         rows = run_attempt(session, len(job.groups), job, STATS_SCHEMA, progress=progress,
                            description=f"clustering {instant_time} of {storage.base_uri}")
@@ -510,11 +510,11 @@ def execute_clustering(
                 result.replaced.setdefault(s.partition, []).append(s.file_id)
         metadata = replace_commit_metadata(by_partition(result.write_stats), result.replaced, table_schema)
         moved = _moved_keys(storage, config, instant_time, result.write_stats)
-        commit_attempt(result, storage, config, lock, writer, Action.CLUSTERING, metadata,
+        commit_attempt(result, attempt, config, lock, writer, Action.CLUSTERING, metadata,
                        cm.encode_replace_commit_metadata, time_settings=time_settings, record_index=moved,
                        check=lambda: require_no_conflict(Timeline.load(storage, config), inst, plan))
     finally:
-        heartbeat.stop(delete=True)
+        attempt.end()
     result.seconds = time.monotonic() - started
     log.info("%s", result.summary())
     return result

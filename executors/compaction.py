@@ -51,6 +51,7 @@ marker, before its file.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import logging
 import time
@@ -86,7 +87,6 @@ from hoodied.hoodie.fsview import CommitState, FileSlice
 from hoodied.hoodie.heartbeat import (
     DEFAULT_INTERVAL_MS,
     DEFAULT_TOLERABLE_MISSES,
-    Heartbeat,
 )
 from hoodied.hoodie.locks import TableLock
 from hoodied.hoodie.log import BlockType, delete_block_records, is_rollback_command, read_log_blocks
@@ -352,7 +352,6 @@ def execute_compaction(
     require_rewritable(storage, config, COMPACT, "compaction")
     started = time.monotonic()
     writer = TimelineWriter(storage, config, lock, time_settings=time_settings)
-    heartbeat = Heartbeat(storage, instant_time, interval_ms=heartbeat_interval_ms)
     with lock:
         timeline = Timeline.load(storage, config)
         inst = pending_instant(storage, timeline, instant_time, "compaction",
@@ -361,16 +360,17 @@ def execute_compaction(
         if inst.is_completed:
             return CompactionResult(inst, was_completed=True)
         job, table_schema = check_compaction(storage, config, timeline, inst)
-        start_attempt(writer, heartbeat, instant_time, Action.COMPACTION)
+        attempt = start_attempt(storage, writer, instant_time, Action.COMPACTION, heartbeat_interval_ms)
+        job = dataclasses.replace(job, storage=attempt.storage)  # its tasks write through the fence
     try:
         rows = run_attempt(session, len(job.slices), job, STATS_SCHEMA, progress=progress,
                            description=f"compaction {instant_time} of {storage.base_uri}")
         result = CompactionResult(inst, [_write_stat(row) for row in sorted(rows, key=lambda r: r["op"])])
         metadata = cm.commit_metadata(by_partition(result.write_stats), COMPACT, table_schema, compacted=True)
-        commit_attempt(result, storage, config, lock, writer, Action.COMPACTION, metadata,
+        commit_attempt(result, attempt, config, lock, writer, Action.COMPACTION, metadata,
                        cm.encode_commit_metadata, time_settings=time_settings)
     finally:
-        heartbeat.stop(delete=True)
+        attempt.end()
     result.seconds = time.monotonic() - started
     log.info("%s", result.summary())
     return result

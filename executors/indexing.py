@@ -7,7 +7,9 @@ SQL ``CREATE INDEX``), as ``RunIndexActionExecutor`` does (the rules are in
 1. checks: the plan, the index definition, table version 8/9, a requested instant (an inflight
    one is a live executor or a failed attempt to undo first: ``rollback_failed_indexing``), no
    pending data write (Hudi's catch-up waits for those; hoodied asks to retry later);
-2. ``indexing`` -> inflight, heartbeat; the partition is marked inflight in ``hoodie.properties``;
+2. the attempt claims the instant and starts its heartbeat (``executors.attempt.start_attempt``:
+   every later write of the build, tasks included, goes through its fence, ``hoodie.fence``),
+   ``indexing`` -> inflight; the partition is marked inflight in ``hoodie.properties``;
 3. Spark job 1, one task per operation: a latest merged file slice of the data table (secondary
    and record index: the slice is read, base + log files, ``hoodie.reader``), a listed base file
    (column stats: its footer) or a data partition (partition stats: the footers of its latest
@@ -41,6 +43,7 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql import SparkSession
 
+from hoodied.executors.attempt import Attempt, start_attempt
 from hoodied.executors.engine import Progress, current_write_token, spark_ddl, task_error
 from hoodied.hoodie.crashpoints import crash_point
 from hoodied.hoodie.errors import (
@@ -54,7 +57,6 @@ from hoodied.hoodie.fsview import CommitState, FileSlice
 from hoodied.hoodie.heartbeat import (
     DEFAULT_INTERVAL_MS,
     DEFAULT_TOLERABLE_MISSES,
-    Heartbeat,
     require_startable,
 )
 from hoodied.hoodie.locks import TableLock
@@ -357,10 +359,11 @@ class _Build:
     writes: set[str]
     job: _Job
     mdt: TimelineWriter
+    attempt: Attempt
 
 
 def _start(storage: Storage, config: TableConfig, writer: TimelineWriter, instant_time: str,
-           heartbeat: Heartbeat, interval_ms: int, misses: int) -> _Build | Instant:
+           interval_ms: int, misses: int) -> _Build | Instant:
     """Checks and the inflight transitions (under the lock); the completed instant when done already."""
     timeline = Timeline.load(storage, config)
     inst = timeline.get(instant_time)
@@ -378,15 +381,16 @@ def _start(storage: Storage, config: TableConfig, writer: TimelineWriter, instan
     job, operations = _job(storage, config, timeline, spec, where)
     mdt = open_mdt_timeline(storage, writer.lock, truetime=writer.truetime)
     init = init_instant_time(timeline, Timeline.load(mdt.storage, mdt.config))
-    heartbeat.start()
+    attempt = start_attempt(storage, writer, instant_time, Action.INDEXING, interval_ms)
     try:
-        writer.transition_to_inflight(instant_time, Action.INDEXING)
         crash_point("indexing-inflight")
-        set_metadata_partition_state(storage, writer.lock, [infos[0].partition], state="inflight")
+        set_metadata_partition_state(attempt.storage, writer.lock, [infos[0].partition], state="inflight")
+        # the MDT files of the build (tasks and driver) are written through the attempt's fence
+        mdt = open_mdt_timeline(attempt.storage, writer.lock, truetime=writer.truetime)
     except BaseException:
-        heartbeat.stop(delete=True)
+        attempt.end()
         raise
-    return _Build(inst, infos[0], spec, init, operations, _completed_writes(timeline), job, mdt)
+    return _Build(inst, infos[0], spec, init, operations, _completed_writes(timeline), job, mdt, attempt)
 
 
 def _job(storage: Storage, config: TableConfig, timeline: Timeline, spec: IndexSpec,
@@ -467,10 +471,8 @@ def execute_indexing(
     """
     started = time.monotonic()
     writer = TimelineWriter(storage, config, lock, time_settings=time_settings)
-    heartbeat = Heartbeat(storage, instant_time, interval_ms=heartbeat_interval_ms)
     with lock:
-        build = _start(storage, config, writer, instant_time, heartbeat, heartbeat_interval_ms,
-                       tolerable_misses)
+        build = _start(storage, config, writer, instant_time, heartbeat_interval_ms, tolerable_misses)
     if isinstance(build, Instant):
         return IndexingResult(build, was_completed=True)
     partition, init = build.info.partition, build.init
@@ -481,7 +483,7 @@ def execute_indexing(
         with lock:
             _commit(storage, writer, mdt, build, stats, result)
     finally:
-        heartbeat.stop(delete=True)
+        build.attempt.end()
     result.seconds = time.monotonic() - started
     log.info("%s", result.summary())
     return result
@@ -532,6 +534,7 @@ def _commit(storage: Storage, writer: TimelineWriter, mdt: TimelineWriter, build
             rows: list[dict[str, Any]], result: IndexingResult) -> None:
     """Under the lock: MDT delta commit, the no-concurrent-write check, properties, ``indexing``."""
     partition, init = build.info.partition, build.init
+    build.attempt.fence.check()  # a superseded attempt changes nothing
     if len({r["fg"] for r in rows}) != len(rows):
         raise InstantStateError(f"{init}: two task results for one MDT file group of {partition}")
     stats = [base_file_stat(partition, r["file_id"], r["name"], r["records"], r["size"]) for r in rows]
@@ -550,8 +553,9 @@ def _commit(storage: Storage, writer: TimelineWriter, mdt: TimelineWriter, build
         raise InstantStateError(
             f"{storage.base_uri}: data instants {', '.join(sorted(late))} completed while {partition} was "
             "built; this attempt has failed: roll it back and execute the indexing again")
-    set_metadata_partition_state(storage, writer.lock, [partition], state="completed")
+    set_metadata_partition_state(build.attempt.storage, writer.lock, [partition], state="completed")
     crash_point("indexing-properties")
+    build.attempt.fence.check()
     result.instant = writer.complete(build.inst.requested_time, Action.INDEXING,
                                      index_commit_metadata([build.info]))
     log.info("%s/%s: MDT partition built and completed", METADATA_FOLDER, partition)

@@ -55,6 +55,7 @@ of operation ``k`` after its marker.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import time
@@ -89,7 +90,6 @@ from hoodied.hoodie.fsview import CommitState, FileSlice
 from hoodied.hoodie.heartbeat import (
     DEFAULT_INTERVAL_MS,
     DEFAULT_TOLERABLE_MISSES,
-    Heartbeat,
 )
 from hoodied.hoodie.locks import TableLock
 from hoodied.hoodie.log import (
@@ -329,7 +329,6 @@ def execute_log_compaction(
     require_log_compaction_supported(storage, config)
     started = time.monotonic()
     writer = TimelineWriter(storage, config, lock, time_settings=time_settings)
-    heartbeat = Heartbeat(storage, instant_time, interval_ms=heartbeat_interval_ms)
     with lock:
         timeline = Timeline.load(storage, config)
         inst = pending_instant(storage, timeline, instant_time, "log compaction",
@@ -338,7 +337,8 @@ def execute_log_compaction(
         if inst.is_completed:
             return LogCompactionResult(inst, was_completed=True)
         job, table_schema = check_log_compaction(storage, config, timeline, inst)
-        start_attempt(writer, heartbeat, instant_time, Action.LOG_COMPACTION)
+        attempt = start_attempt(storage, writer, instant_time, Action.LOG_COMPACTION, heartbeat_interval_ms)
+        job = dataclasses.replace(job, storage=attempt.storage)  # its tasks write through the fence
     try:
         rows = run_attempt(session, len(job.slices), job, STATS_SCHEMA, progress=progress,
                            description=f"log compaction {instant_time} of {storage.base_uri}")
@@ -347,10 +347,10 @@ def execute_log_compaction(
                                      blocks_merged=sum(r["blocks_merged"] for r in rows))
         stats = by_partition(result.write_stats)
         metadata = cm.commit_metadata(stats, LOG_COMPACTION_OPERATION, table_schema, compacted=True)
-        commit_attempt(result, storage, config, lock, writer, Action.LOG_COMPACTION, metadata,
+        commit_attempt(result, attempt, config, lock, writer, Action.LOG_COMPACTION, metadata,
                        cm.encode_commit_metadata, time_settings=time_settings)
     finally:
-        heartbeat.stop(delete=True)
+        attempt.end()
     result.seconds = time.monotonic() - started
     log.info("%s", result.summary())
     return result

@@ -6,7 +6,10 @@ Nothing happens unless the process environment asks for that point:
 - ``HOODIED_TEST_PAUSE_AT``: the point to stop at;
 - ``HOODIED_TEST_PAUSE_READY``: a file written (``"<pid> <point>"``) when the point is reached,
   so the test knows the process is there;
-- ``HOODIED_TEST_PAUSE_S``: how long to sleep there (default 60 s; the test kills it first).
+- ``HOODIED_TEST_PAUSE_S``: how long to sleep there (default 60 s; the test kills it first);
+- ``HOODIED_TEST_PAUSE_UNTIL``: a file; when set, the process waits there until that file exists
+  and then goes on (the paused-executor tests stop it with SIGSTOP meanwhile, let another
+  executor take the instant over, then let it resume).
 
 The environment is read at each call, so Spark tasks (other processes) obey it too.
 """
@@ -19,11 +22,12 @@ import time
 
 log = logging.getLogger(__name__)
 
-__all__ = ["PAUSE_ENV", "READY_ENV", "SLEEP_ENV", "crash_point"]
+__all__ = ["PAUSE_ENV", "READY_ENV", "RESUME_ENV", "SLEEP_ENV", "crash_point"]
 
 PAUSE_ENV = "HOODIED_TEST_PAUSE_AT"
 READY_ENV = "HOODIED_TEST_PAUSE_READY"
 SLEEP_ENV = "HOODIED_TEST_PAUSE_S"
+RESUME_ENV = "HOODIED_TEST_PAUSE_UNTIL"
 
 
 def crash_point(point: str) -> None:
@@ -35,4 +39,9 @@ def crash_point(point: str) -> None:
     if ready:
         with open(ready, "w", encoding="ascii") as f:
             f.write(f"{os.getpid()} {point}\n")
+    resume = os.environ.get(RESUME_ENV)
+    if resume:
+        while not os.path.exists(resume):
+            time.sleep(0.05)
+        return
     time.sleep(float(os.environ.get(SLEEP_ENV, "60")))

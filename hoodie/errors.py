@@ -10,6 +10,7 @@ person looks at it.
 from __future__ import annotations
 
 __all__ = [
+    "AttemptSupersededError",
     "ClockSkewError",
     "FileAlreadyExistsError",
     "HeartbeatAliveError",
@@ -131,6 +132,15 @@ class HeartbeatAliveError(InstantStateError):
     """The instant's Hudi heartbeat is fresh: another executor is working on it; nothing was changed.
 
     Next step: leave it alone (or ``--force`` when that executor is known to be dead).
+    """
+
+
+class AttemptSupersededError(InstantStateError):
+    """This attempt of an instant was taken over: another executor changed the instant's attempt
+    identity (to roll the attempt back and run it again), so this one may not make a file
+    visible, delete one, or complete the instant; nothing more was written.
+
+    Next step: none; the attempt that took over owns the instant.
     """
 
 

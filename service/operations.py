@@ -35,6 +35,7 @@ from hoodied.hoodie.errors import (
     InstantStateError,
     UnsupportedTableError,
 )
+from hoodied.hoodie.fence import AttemptFence
 from hoodied.hoodie.heartbeat import (
     DEFAULT_INTERVAL_MS,
     DEFAULT_TOLERABLE_MISSES,
@@ -113,9 +114,18 @@ def rollback_failed_attempt(
                 f"{last_heartbeat_ms(storage, instant_time)} ms since the epoch); another executor is "
                 "working on it (use --force only if you know it is dead)"
             )
+        # take the instant from the failed attempt before deleting anything (``hoodie.fence``): if
+        # it is only paused, it can neither write nor complete once it resumes
+        fence = AttemptFence.claim(storage, instant_time, "rollback")
         writer = TimelineWriter(storage, config, lock, time_settings=time_settings)
-        rollback_instant = schedule_rollback(writer, timeline, target)
-        return execute_rollback(writer, rollback_instant.requested_time)
+        try:
+            rollback_instant = schedule_rollback(writer, timeline, target)
+        except BaseException:  # refused (nothing written): the claim goes too
+            fence.release()
+            raise
+        result = execute_rollback(writer, rollback_instant.requested_time)
+        fence.release()  # nobody may write for the instant until its next attempt claims it
+        return result
 
 
 def recover_failed_attempt(

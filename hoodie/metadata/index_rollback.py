@@ -24,6 +24,7 @@ import logging
 from dataclasses import dataclass, field
 
 from hoodied.hoodie.errors import HeartbeatAliveError, InstantStateError
+from hoodied.hoodie.fence import AttemptFence
 from hoodied.hoodie.filenames import BaseFileName, LogFileName
 from hoodied.hoodie.heartbeat import (
     DEFAULT_INTERVAL_MS,
@@ -112,6 +113,9 @@ def abort_indexing(
             f"{last_heartbeat_ms(storage, instant_time)} ms since the epoch); another executor is "
             "working on it")
     partitions = [i.partition for i in read_index_plan(timeline, inst)]
+    # take the instant from the failed attempt before deleting anything (``hoodie.fence``): if it
+    # is only paused, it can neither write nor complete once it resumes
+    fence = AttemptFence.claim(storage, instant_time, "rollback")
     result = IndexingAbort(instant_time, partitions)
     set_metadata_partition_state(storage, writer.lock, partitions, state="absent")
     mdt_timeline = Timeline.load(mdt.storage, mdt.config)
@@ -132,6 +136,7 @@ def abort_indexing(
                  instant_time)
     writer.revert_inflight_to_requested(instant_time, Action.INDEXING)
     delete_heartbeat(storage, instant_time)
+    fence.release()  # nobody may write for the instant until its next attempt claims it
     log.info("%s", result.summary())
     return result
 

@@ -1,7 +1,8 @@
 """A driver process killed with SIGKILL at a crash point (``hoodie.crashpoints``), for the kill -9 tests.
 
 ``start_paused`` runs a Python snippet in its own process group with the crash-point environment
-set and waits until it reaches the point (or fails the test with its stderr); ``kill_group``
+set and waits until it reaches the point (or fails the test with its stderr), where it sleeps or,
+with ``resume``, waits for a file that lets it go on; ``kill_group``
 SIGKILLs the driver and waits for its Spark JVM and Python workers to go with it.
 """
 
@@ -22,11 +23,14 @@ __all__ = ["kill_group", "start_paused"]
 
 
 def start_paused(
-    code: str, args: list[str], point: str, ready: Path, timeout: float = 180
+    code: str, args: list[str], point: str, ready: Path, timeout: float = 180, *, resume: Path | None = None
 ) -> subprocess.Popen[bytes]:
-    """Start ``python -c code *args`` paused at ``point``; returns once it is there."""
+    """Start ``python -c code *args`` paused at ``point``; returns once it is there. With ``resume``
+    it waits there until that file exists, then goes on (``HOODIED_TEST_PAUSE_UNTIL``)."""
     env = dict(os.environ, PYTHONPATH=str(PROJECT), HOODIED_TEST_PAUSE_AT=point,
                HOODIED_TEST_PAUSE_READY=str(ready), HOODIED_TEST_PAUSE_S="120")
+    if resume is not None:
+        env["HOODIED_TEST_PAUSE_UNTIL"] = str(resume)
     proc = subprocess.Popen([sys.executable, "-c", code, *args], env=env, cwd=PROJECT,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
     deadline = time.monotonic() + timeout
