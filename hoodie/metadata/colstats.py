@@ -23,6 +23,10 @@ This module owns how Hudi turns a parquet footer into ``HoodieMetadataColumnStat
 - partition stats (type 6): per column the same aggregation over the given files of one
   partition, ``fileName`` = partition path, ``isTightBound`` true.
 
+The files of one partition need not agree on a column's type; ``hoodie.metadata.range_types``
+gives their ranges the writer schema's type before they are merged here (Hudi's
+``FileFormatUtils.getColumnRangeInPartition``); ``partition_ranges`` merges ranges of one type.
+
 The ranges of a log file (no footer) come from ``hoodie.metadata.log_stats`` in the same model.
 """
 
@@ -215,15 +219,23 @@ def _float_bounds(low: float, high: float) -> tuple[float | None, float | None]:
     return (-0.0 if low == 0.0 else low), (0.0 if high == 0.0 else high)
 
 
-def _merge(a: ColumnRange, b: ColumnRange) -> ColumnRange:
+def _merge(a: ColumnRange, b: ColumnRange, where: str = "") -> ColumnRange:
     """``HoodieColumnRangeMetadata.merge``: min of mins, max of maxes (nulls ignored), sums.
 
     A range of value type NULL (a delete-only log file, or an all-null stored column) takes the
     other range's type: Hudi's partition stats of a partition with such a file keep the
-    column's real type (v9 fixture, delete-only delta commit 20260307162606034).
+    column's real type (v9 fixture, delete-only delta commit 20260307162606034). Two other
+    types are refused, as Hudi refuses them ("Value types should be the same"); the caller
+    converts them to the writer schema's type first (``partition_ranges``).
     """
     if a.value_type is ValueType.NULL and b.value_type is not ValueType.NULL:
         a = replace(a, value_type=b.value_type, type_info=b.type_info)
+    elif b.value_type is not ValueType.NULL and (a.value_type, a.type_info) != (b.value_type, b.type_info):
+        raise UnsupportedTableError(
+            f"{where or a.file_name}: column {a.column} has {a.value_type.name} statistics in {a.file_name} "
+            f"and {b.value_type.name} in {b.file_name}, and no writer schema says which type they "
+            "merge to (nothing was written)"
+        )
 
     def pick(x: Any, y: Any, smaller: bool) -> Any:
         if x is None or y is None:
@@ -341,20 +353,21 @@ def column_stats_records(
     return out
 
 
-def partition_ranges(ranges: Iterable[ColumnRange]) -> list[ColumnRange]:
+def partition_ranges(ranges: Iterable[ColumnRange], where: str = "") -> list[ColumnRange]:
     """Per column, the merge of the ranges of all given files (first-seen column order)."""
     merged: dict[str, ColumnRange] = {}
     for r in ranges:
-        merged[r.column] = r if r.column not in merged else _merge(merged[r.column], r)
+        merged[r.column] = r if r.column not in merged else _merge(merged[r.column], r, where)
     return list(merged.values())
 
 
 def partition_stats_records(
     partition: str, ranges: Iterable[ColumnRange], table_version: int
 ) -> list[tuple[str, dict[str, Any]]]:
-    """Type 6 records (``partition_stats``): ``ranges`` of the partition's files merged per column."""
+    """Type 6 records (``partition_stats``): ``ranges`` of the partition's files merged per column
+    (of one type per column: ``hoodie.metadata.range_types.schema_typed_ranges`` first)."""
     out = []
-    for r in partition_ranges(ranges):
+    for r in partition_ranges(ranges, partition or "(non-partitioned)"):
         key = partition_stats_key(r.column, partition)
         record = empty_record(key, RecordType.PARTITION_STATS)
         record["ColumnStatsMetadata"] = _stats_payload(

@@ -15,8 +15,9 @@ with, per MDT partition (``HoodieTableMetadataUtil.convertMetadataToRecords``):
 - ``partition_stats`` (``PartitionStatsIndexer`` / ``convertMetadataToPartitionStatRecords``):
   per partition of M, with ``column_stats`` available ("tight bound"): the stats of M's new
   files plus the ``column_stats`` records the MDT holds for the files of the partition's latest
-  file slices (pending ones included: the new files are in them), merged per column, written with
-  ``isTightBound`` true so readers replace rather than widen the older record;
+  file slices (pending ones included: the new files are in them), each given the type of the
+  column in the commit's writer schema (``hoodie.metadata.range_types``), merged per column,
+  written with ``isTightBound`` true so readers replace rather than widen the older record;
 - ``bloom_filters``: for every new *base* file, its footer's bloom filter (the Base64 text as
   UTF-8 bytes), type = the writer's ``hoodie.bloom.index.filter.type`` (DYNAMIC_V0), timestamp T
   (``convertMetadataToBloomFilterRecords``; delta write stats get none);
@@ -87,6 +88,7 @@ from hoodied.hoodie.metadata.encode import (
 from hoodied.hoodie.metadata.index_records import record_index_file_id
 from hoodied.hoodie.metadata.log_stats import LogFileStats, log_file_stats
 from hoodied.hoodie.metadata.merge import merge_file_slice
+from hoodied.hoodie.metadata.range_types import column_value_types, schema_typed_ranges
 from hoodied.hoodie.metadata.reader import MetadataTable, metadata_table_in_use
 from hoodied.hoodie.metadata.records import RecordType, partition_to_key
 from hoodied.hoodie.metadata.writer import MetadataWriter, require_mdt_maintainable
@@ -362,11 +364,15 @@ def commit_mdt_records(
         assert mdt is not None
         latest = _latest_file_names(data_storage, data_config, ranges)
         stored = _stored_ranges(mdt, columns, {p: latest[p] - set(new[p]) for p in ranges})
+        # the writer schema's column types (files may disagree: hoodie.metadata.range_types)
+        types = column_value_types((commit_metadata.get("extraMetadata") or {}).get("schema"),
+                                   meta_fields=data_config.populate_meta_fields)
         stats: list[MetadataRecord] = []
         for partition, partition_ranges in ranges.items():
             # the commit's files first, then the stored ones (Hudi's order; the merge keeps the first
             # range's value type, which a stored all-null column of table version 8 does not know)
-            stats.extend(partition_stats_records(partition, [*partition_ranges, *stored[partition]], version))
+            typed = schema_typed_ranges([*partition_ranges, *stored[partition]], types, version, partition)
+            stats.extend(partition_stats_records(partition, typed, version))
         out[PARTITION_STATS] = stats
     if record_index:
         if RECORD_INDEX not in declared:
