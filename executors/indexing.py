@@ -13,8 +13,9 @@ SQL ``CREATE INDEX``), as ``RunIndexActionExecutor`` does (the rules are in
 3. Spark job 1, one task per operation: a latest merged file slice of the data table (secondary
    and record index: the slice is read, base + log files, ``hoodie.reader``), a listed base file
    (column stats: its footer) or a data partition (partition stats: the footers of its latest
-   base files); the (key, value) records are kept (``persist``) and counted, which gives the file
-   group count of the secondary and record indexes;
+   base files, each column given the table schema's type before they merge, as Hudi's
+   initialization does: ``hoodie.metadata.index_records``); the (key, value) records are kept
+   (``persist``) and counted, which gives the file group count of the secondary and record indexes;
 4. the MDT partition folder is cleared and its file groups created (``.hoodie_partition_metadata``
    and one empty log file each), then MDT delta commit ``<init>`` requested -> inflight;
 5. Spark job 2: the records are routed to file groups, shuffled and sorted, and each task writes
@@ -45,6 +46,7 @@ from pyspark.sql import SparkSession
 
 from hoodied.executors.attempt import Attempt, start_attempt
 from hoodied.executors.engine import Progress, current_write_token, spark_ddl, task_error
+from hoodied.hoodie.basefile import avro_schema_json
 from hoodied.hoodie.crashpoints import crash_point
 from hoodied.hoodie.errors import (
     HoodieServiceError,
@@ -91,6 +93,7 @@ from hoodied.hoodie.metadata.index_records import (
     secondary_key_strings,
 )
 from hoodied.hoodie.metadata.index_rollback import rollback_failed_indexing
+from hoodied.hoodie.metadata.range_types import ValueTypes, column_value_types
 from hoodied.hoodie.metadata.reader import METADATA_FOLDER
 from hoodied.hoodie.metadata.rollback import open_mdt_timeline
 from hoodied.hoodie.properties import TableConfig, partition_metadata_text
@@ -207,13 +210,14 @@ class _PartitionStats:
     partitions: tuple[tuple[str, tuple[str, ...]], ...]  # (partition, latest base file names)
     columns: tuple[str, ...]
     table_version: int
+    column_types: ValueTypes  # the table schema's (hoodie.metadata.range_types)
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
             for index in batch.column(0).to_pylist():
                 partition, names = self.partitions[int(index)]
                 cells = partition_stats_cells(self.storage, partition, names, self.columns,
-                                              self.table_version)
+                                              self.table_version, self.column_types)
                 if cells:
                     yield _keys_batch([k for k, _ in cells], [v for _, v in cells])
 
@@ -420,7 +424,8 @@ def _job(storage: Storage, config: TableConfig, timeline: Timeline, spec: IndexS
             if s.base_file is not None:
                 by_partition.setdefault(s.partition, []).append(s.base_file.file_name)
         parts = tuple((p, tuple(sorted(n))) for p, n in sorted(by_partition.items()))
-        return _PartitionStats(storage, parts, spec.source_fields, config.version), len(parts)
+        types = _table_value_types(table, config) if parts else {}
+        return _PartitionStats(storage, parts, spec.source_fields, config.version, types), len(parts)
     # column_stats: every file the files partition lists (all versions, as initializeFromFilesystem)
     files = []
     for partition, names in sorted(table.list_files().items()):
@@ -430,6 +435,16 @@ def _job(storage: Storage, config: TableConfig, timeline: Timeline, spec: IndexS
                                             "built by hoodied (Hudi reads their records)")
             files.append((partition, name))
     return _FileColumnStats(storage, tuple(files), spec.source_fields, config.version), len(files)
+
+
+def _table_value_types(table: HoodieTable, config: TableConfig) -> ValueTypes:
+    """The column types of the partition stats Hudi initializes: those of the table schema
+    (``tryResolveSchemaForTable`` -> ``TableSchemaResolver.getTableAvroSchema``: the latest commit's
+    schema, else the create schema, else a data file's; meta fields as strings when populated)."""
+    text = table.avro_schema()
+    if text is None:  # no schema in the commits nor the properties: the latest base file's
+        text = avro_schema_json(table.schema(), config.name, meta_fields=False)
+    return column_value_types(text, meta_fields=config.populate_meta_fields)
 
 
 def _create_file_groups(mdt: TimelineWriter, partition: str, init: str, count: int) -> list[str]:

@@ -9,7 +9,14 @@
 - record index (type 5, ``createRecordIndexUpdate``): key = record key; partition, file id as
   UUID high/low bits + file index (encoding 0), base instant in epoch ms (timeline time zone);
 - column stats (type 3) of every listed base file and partition stats (type 6) of the latest
-  base files of a partition, from parquet footers (``hoodie.metadata.colstats``);
+  base files of a partition, from parquet footers (``hoodie.metadata.colstats``). Partition stats
+  take each column's type from the table schema before the files' ranges are merged, as Hudi's
+  initialization does (``HoodieTableMetadataUtil.convertFilesToPartitionStatsRecords`` resolves
+  the schema with ``tryResolveSchemaForTable`` / ``TableSchemaResolver.getTableAvroSchema``, meta
+  fields included when populated, and ``collectAndProcessColumnMetadata`` hands it to
+  ``FileFormatUtils.getColumnRangeInPartition``): the rules are ``hoodie.metadata.range_types``,
+  the same the commit path applies with the commit's writer schema, so files that disagree on a
+  column's type (a long in older files, a string in newer ones) merge as Hudi merges them;
 - base HFiles: cells sorted and de-duplicated; table version 8 (Hudi 1.0, HBase's writer) sets
   ``_hoodie_file_name`` to the file's own name, sizes the bloom filter with 60000 entries and
   writes creation time 0; version 9 (Hudi 1.1) leaves the name null and uses 10000 entries.
@@ -35,6 +42,7 @@ from hoodied.hoodie.metadata.colstats import (
 )
 from hoodied.hoodie.metadata.encode import empty_record, encode_value, file_group_index, metadata_schema_json
 from hoodied.hoodie.metadata.merge import with_file_name
+from hoodied.hoodie.metadata.range_types import ValueTypes, schema_typed_ranges
 from hoodied.hoodie.metadata.records import RecordType
 from hoodied.hoodie.storage import Storage
 
@@ -102,15 +110,23 @@ def _signed64(value: int) -> int:
 
 
 def partition_stats_cells(
-    storage: Storage, partition: str, file_names: Iterable[str], columns: tuple[str, ...], table_version: int
+    storage: Storage,
+    partition: str,
+    file_names: Iterable[str],
+    columns: tuple[str, ...],
+    table_version: int,
+    column_types: ValueTypes | None = None,
 ) -> list[tuple[str, bytes]]:
-    """The ``partition_stats`` cells of one data partition: the stats of its latest base files merged."""
+    """The ``partition_stats`` cells of one data partition: the stats of its latest base files merged,
+    each column first given its type in ``column_types`` (``range_types.column_value_types`` of the
+    table schema; None or {}: the footers' types, which must then agree)."""
     ranges = []
     for name in file_names:
         path = f"{partition}/{name}" if partition else name
         ranges.extend(column_ranges(read_parquet_metadata(storage, path), name, columns, table_version))
+    typed = schema_typed_ranges(ranges, column_types or {}, table_version, partition)
     return [(key, encode_value(record, table_version))
-            for key, record in partition_stats_records(partition, ranges, table_version)]
+            for key, record in partition_stats_records(partition, typed, table_version)]
 
 
 def column_stats_cells(
