@@ -30,6 +30,12 @@ Steps (``execute_clean``), each safe to repeat after a crash at any point:
    incremental clean needs) come from the plan. Layout 2 names it ``<T>_<completion>.clean``
    with a TrueTime completion time; layout 1 ``<T>.clean``. Then the heartbeat goes.
 
+Leftover temp files: under the lock of step 3, after the clean's own deletes and before its
+completion, ``hoodie.temp_files.remove_leftover_temps`` removes the temp files of hoodied writes killed
+in the middle (``.<name>.<uuid4 hex>.tmp`` beside their target, older than ``temp_file_age_s``,
+default one hour; local tables only). Their count is in the summary line; a sweep that fails
+logs one line and the clean completes all the same (the temps are only wasted space).
+
 Tables with a metadata table (table version 8 and 9): between steps 2 and 3, under the lock,
 the MDT delta commit with the clean's instant time T is written and completed
 (``hoodie.metadata.writer.MetadataWriter``, records from ``hoodie.metadata.clean.clean_records``), so
@@ -78,6 +84,7 @@ from hoodied.hoodie.metadata.writer import MetadataWriter
 from hoodied.hoodie.plan_files import check_partition, locate
 from hoodied.hoodie.properties import TableConfig
 from hoodied.hoodie.storage import Storage
+from hoodied.hoodie.temp_files import DEFAULT_MIN_AGE_S, remove_leftover_temps
 from hoodied.hoodie.timeline.active import Timeline
 from hoodied.hoodie.timeline.instant import Action, Instant, State
 from hoodied.hoodie.timeline.truetime import TimeSettings
@@ -140,6 +147,8 @@ class CleanResult:
     already_gone: list[str] = field(default_factory=list)
     partitions_deleted: list[str] = field(default_factory=list)
     partitions_kept: list[str] = field(default_factory=list)
+    temp_files_removed: list[str] = field(default_factory=list)
+    """Leftover temp files of killed hoodied writes the clean removed (``hoodie.temp_files``)."""
     was_completed: bool = False
     """The clean was already completed when this run started (nothing was done)."""
 
@@ -157,6 +166,9 @@ class CleanResult:
             parts = f"; {len(self.partitions_deleted)} partitions deleted"
             if self.partitions_kept:
                 parts += f", {len(self.partitions_kept)} kept (still hold files)"
+        if self.temp_files_removed:
+            n = len(self.temp_files_removed)
+            parts += f"; {n} leftover temp file{'s' if n > 1 else ''} removed"
         done = f"completed at {self.instant.completion_time}" if self.instant.completion_time else "completed"
         return f"{t} clean: {len(self.deleted)} files deleted{gone}{parts}; {done}"
 
@@ -379,8 +391,10 @@ def execute_clean(
     heartbeat_interval_ms: int = DEFAULT_INTERVAL_MS,
     tolerable_misses: int = DEFAULT_TOLERABLE_MISSES,
     force: bool = False,
+    temp_file_age_s: float = DEFAULT_MIN_AGE_S,
 ) -> CleanResult:
     """Run the pending clean ``clean_time`` to completion (takes ``lock`` itself, twice).
+    ``temp_file_age_s``: leftover temp files older than this go too (see the module docstring).
 
     Raises ``InstantStateError`` when there is no such clean or a live executor owns it
     (its heartbeat is fresh; ``force`` overrides), ``HoodieFormatError`` for a plan that
@@ -430,6 +444,7 @@ def execute_clean(
         crash_point("deletes-done")
         metadata = _metadata(plan, clean_time, result, int((time.monotonic() - started) * 1000))
         with lock:
+            result.temp_files_removed = remove_leftover_temps(storage, min_age_s=temp_file_age_s)
             if metadata_table_in_use(storage, config) is not None:
                 _write_metadata_table(storage, config, lock, clean_time, plan, time_settings)
                 crash_point("mdt-done")

@@ -310,15 +310,19 @@ class BaseFileWriter:
         self._avro_schema = avro_schema
         self._rg_rows = max(1, row_group_rows)
         self._out = storage.create_if_absent(path)
-        self._writer = pq.ParquetWriter(
-            self._out.path,
-            self._schema,
-            compression=compression,
-            version="2.6",
-            data_page_version="1.0",
-            store_schema=False,  # Hudi's files carry only the Avro schema
-            write_statistics=True,
-        )
+        try:
+            self._writer = pq.ParquetWriter(
+                self._out.path,
+                self._schema,
+                compression=compression,
+                version="2.6",
+                data_page_version="1.0",
+                store_schema=False,  # Hudi's files carry only the Avro schema
+                write_statistics=True,
+            )
+        except BaseException:
+            self._out.abort()  # no temp file left behind
+            raise
         self._bloom = BloomFilter.create(
             bloom_entries, bloom_fpp, BloomFilterType.DYNAMIC_V0, bloom_max_entries
         )
@@ -370,20 +374,24 @@ class BaseFileWriter:
         """Finish the footer and create the file write-once; returns its stats."""
         if self._closed:
             raise ValueError(f"{self._path}: writer already closed")
+        try:
+            if self._pending_rows:
+                self._flush(self._pending_rows)
+            meta: dict[str, str] = {}
+            if self._rows:
+                meta[KEY_MIN] = self._min or ""
+                meta[KEY_MAX] = self._max or ""
+            meta[KEY_BLOOM] = self._bloom.serialize()
+            meta[KEY_BLOOM_TYPE] = BloomFilterType.DYNAMIC_V0.value
+            meta[KEY_AVRO_SCHEMA] = self._avro_schema
+            meta["writer.model.name"] = "avro"
+            self._writer.add_key_value_metadata(meta)
+            self._writer.close()
+        except BaseException:  # a full disk while the last row group or the footer went out
+            self.abort()
+            raise
         self._closed = True
-        if self._pending_rows:
-            self._flush(self._pending_rows)
-        meta: dict[str, str] = {}
-        if self._rows:
-            meta[KEY_MIN] = self._min or ""
-            meta[KEY_MAX] = self._max or ""
-        meta[KEY_BLOOM] = self._bloom.serialize()
-        meta[KEY_BLOOM_TYPE] = BloomFilterType.DYNAMIC_V0.value
-        meta[KEY_AVRO_SCHEMA] = self._avro_schema
-        meta["writer.model.name"] = "avro"
-        self._writer.add_key_value_metadata(meta)
-        self._writer.close()
-        size = self._out.commit()
+        size = self._out.commit()  # removes its temp file on every path
         log.debug("wrote base file %s: %d rows, %d bytes", self._path, self._rows, size)
         return BaseFileStats(self._path, self._rows, size, self._min, self._max)
 

@@ -195,11 +195,13 @@ class LocalWriteOnceFile(WriteOnceFile):
             size = os.stat(self.path).st_size
             os.link(self.path, self._target)
         except OSError as exc:
-            self.abort()
             if exc.errno == errno.EEXIST:
                 raise FileAlreadyExistsError(f"{self._target}: already exists") from exc
             raise self._storage._errors(self._relative, exc) from exc
-        self.abort()
+        finally:
+            # linked or not, the temp goes, whatever stopped the commit (an interrupt too); a
+            # process killed meanwhile leaves it to ``hoodie.temp_files``
+            self.abort()
         return size
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import subprocess
+import sys
 from decimal import Decimal
 from pathlib import Path
 
@@ -233,3 +235,35 @@ def test_a_failed_write_leaves_no_file(tmp_path) -> None:
     except RuntimeError:
         pass
     assert os.listdir(tmp_path) == []
+
+
+_CLOSE_PAST_THE_LIMIT = """
+import os, resource, signal, sys
+import pyarrow as pa
+from hoodied.hoodie.basefile import BaseFileWriter, with_meta_columns
+from hoodied.hoodie.storage import LocalStorage
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG instead
+keys = pa.array([f"key-{i:08d}" for i in range(50_000)])
+data = with_meta_columns(pa.table({"k": keys}), record_keys=keys, partition_path="p", file_name="f.parquet",
+                         commit_time="20261125000000000")
+resource.setrlimit(resource.RLIMIT_FSIZE, (64 * 1024, 64 * 1024))
+writer = BaseFileWriter(LocalStorage(sys.argv[1]), "p/f.parquet", data.schema, avro_schema="{}",
+                        row_group_rows=100_000)
+writer.write(data)  # held in memory: the row group goes out with the footer, at close
+try:
+    writer.close()
+except OSError as exc:
+    print("refused", exc.errno)
+else:
+    sys.exit("the close went through")
+print(sorted(os.listdir(os.path.join(sys.argv[1], "p"))))
+"""
+
+
+def test_a_close_the_disk_refuses_leaves_no_temp_file(tmp_path: Path) -> None:
+    """The last row group and the footer go out at ``close``; when the disk refuses them (a full
+    disk, here a file-size limit), neither the file nor its temp file remains."""
+    done = subprocess.run([sys.executable, "-c", _CLOSE_PAST_THE_LIMIT, str(tmp_path)],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.splitlines() == ["refused 27", "[]"]
