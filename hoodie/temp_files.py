@@ -8,8 +8,9 @@ without replacing anything (or rename it over the target); ``LocalWriteOnceFile`
 then links it. Every exception removes the temp (``hoodie.storage``), but a process killed
 meanwhile (SIGKILL, the OOM killer, a machine that goes down) cannot: its temp stays in the
 folder of its target, and nothing in Hudi or hoodied would ever remove it. ``sweep_temp_files``
-does, and ``executors.clean`` runs it at every clean (a table service that runs regularly and holds
-the table lock where it ends).
+does: ``executors.clean`` runs it at every clean (a table service that runs regularly and holds
+the table lock where it ends), and ``executors.rollback`` for the data files of the attempt it
+rolls back, whatever their age (the attempt's writer is dead or fenced off: ``hoodie.fence``).
 
 The name, and why nothing else matches it: ``.<target name>.<32 hex>.tmp``, where the hex is
 ``uuid.uuid4().hex`` (lower case; version nibble ``4`` at position 13, variant ``8``-``b`` at 17) and
@@ -57,6 +58,7 @@ import time
 from dataclasses import dataclass, field
 
 from hoodied.hoodie.errors import StorageError
+from hoodied.hoodie.filenames import BaseFileName, LogFileName
 from hoodied.hoodie.storage import Storage
 
 __all__ = [
@@ -122,13 +124,27 @@ def _candidates(root: str) -> list[tuple[str, float]]:
     return sorted(out)
 
 
+def _of_instant(rel: str, instant_time: str) -> bool:
+    """Whether the temp at ``rel`` is that of a data file (base or log) of ``instant_time``."""
+    m = TEMP_NAME.fullmatch(rel.rsplit("/", 1)[-1])
+    target = m.group("target") if m else ""
+    name = BaseFileName.parse(target) or LogFileName.parse(f".{target}")
+    return name is not None and name.instant_time == instant_time
+
+
 def sweep_temp_files(
-    storage: Storage, *, min_age_s: float = DEFAULT_MIN_AGE_S, now: float | None = None
+    storage: Storage,
+    *,
+    min_age_s: float = DEFAULT_MIN_AGE_S,
+    now: float | None = None,
+    instant_time: str | None = None,
 ) -> TempSweep:
     """Remove the hoodied temp files of the table older than ``min_age_s`` (by modification time,
-    against ``now``, default the current time). Deletes go through ``storage`` (a fenced storage
-    refuses them once its attempt is superseded); a delete that fails is recorded, not raised.
-    Raises ``StorageError`` when the table cannot be listed."""
+    against ``now``, default the current time); with ``instant_time``, only the temps of that
+    instant's data files (a rollback of its failed attempt: its writer is known dead, so no age
+    is needed). Deletes go through ``storage`` (a fenced storage refuses them once its attempt is
+    superseded); a delete that fails is recorded, not raised. Raises ``StorageError`` when the
+    table cannot be listed."""
     if min_age_s < 0:
         raise ValueError("the temp file age bound cannot be negative")
     result = TempSweep()
@@ -140,6 +156,8 @@ def sweep_temp_files(
         raise StorageError(f"{root}: the table folder is gone")
     current = time.time() if now is None else now
     for rel, mtime in _candidates(root):
+        if instant_time is not None and not _of_instant(rel, instant_time):
+            continue
         if current - mtime < min_age_s:
             result.kept_young.append(rel)
             continue
@@ -158,12 +176,14 @@ def sweep_temp_files(
     return result
 
 
-def remove_leftover_temps(storage: Storage, *, min_age_s: float = DEFAULT_MIN_AGE_S) -> list[str]:
+def remove_leftover_temps(
+    storage: Storage, *, min_age_s: float = DEFAULT_MIN_AGE_S, instant_time: str | None = None
+) -> list[str]:
     """``sweep_temp_files`` for a table service that must not fail on it: the temps removed;
     whatever goes wrong is logged in one line and never raised (the temps only waste space, the
     next run tries again)."""
     try:
-        swept = sweep_temp_files(storage, min_age_s=min_age_s)
+        swept = sweep_temp_files(storage, min_age_s=min_age_s, instant_time=instant_time)
     except Exception as exc:  # noqa: BLE001 - the service's own work is done; it goes on
         first = (str(exc).splitlines() or [type(exc).__name__])[0]
         log.warning("%s: leftover temp files not swept: %s", storage.base_uri, first)

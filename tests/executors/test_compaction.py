@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import subprocess
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -341,8 +342,16 @@ def test_kill_9_then_rollback_and_completion(tmp_path: Path, spark: Session, poi
         metadata = _timeline(root).read_commit_metadata(_timeline(root).get(t))  # type: ignore[arg-type]
         result.write_stats = [s for ss in metadata["partitionToWriteStats"].values() for s in ss]
     else:
+        # what a task killed while streaming its base file leaves: its temp (the rollback removes
+        # it, whatever its age), beside one of another instant (left to the clean's age bound)
+        folder = root / first["partitionPath"]
+        mine = folder / f".{first['fileId']}_1-2-3_{t}.parquet.{uuid.uuid4().hex}.tmp"
+        other = folder / f".{first['fileId']}_1-2-3_20200101000000000.parquet.{uuid.uuid4().hex}.tmp"
+        mine.write_bytes(b"PAR1 partial")
+        other.write_bytes(b"PAR1 partial")
         result = run_compaction(storage, InProcessLock(storage.base_uri), t, spark, time_settings=FAST,
                                 heartbeat_interval_ms=100)
+        assert not mine.exists() and other.exists()
     timeline = _timeline(root)
     rollback = timeline.completed((Action.ROLLBACK,))
     assert len(rollback) == 1
