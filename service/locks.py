@@ -63,7 +63,9 @@ from hoodied.hoodie.errors import LockConfigError, StorageError
 from hoodied.hoodie.locks import LockBackendError, LockSettings, TableLockBase, lock_key
 from hoodied.hoodie.object_storage import ObjectStorage
 from hoodied.hoodie.storage import Storage
+from hoodied.service.fs_lock import filesystem_lock_from_option
 from hoodied.service.storage_lock import StorageBasedLock
+from hoodied.service.zookeeper_lock import zookeeper_lock_from_url
 
 log = logging.getLogger(__name__)
 
@@ -435,8 +437,10 @@ def lock_from_option(
     ``auto`` is ``local`` for a table on a local file system and ``storage`` for a table on an
     object store; ``local`` is the file lock; ``storage`` Hudi's storage-based lock (the
     ``.hoodie/.locks/table_lock.json`` of ``StorageBasedLockProvider``); ``redis://HOST:PORT/DB``
-    (or ``rediss://``) the Redis lock. A lock that cannot work on the table is refused with
-    ``LockConfigError`` before anything is locked.
+    (or ``rediss://``) the Redis lock; ``zookeeper://HOST:PORT/BASE_PATH?lock_key=KEY`` Hudi's
+    ``ZookeeperBasedLockProvider`` lock (``service.zookeeper_lock``; ``lock_key`` defaults to the
+    table name). A lock that cannot work on the table is refused with ``LockConfigError`` before
+    anything is locked.
     """
     if option == "auto":
         option = "storage" if isinstance(storage, ObjectStorage) else "local"
@@ -454,9 +458,17 @@ def lock_from_option(
                 "where Hudi's storage-based lock works; use --lock local, a redis:// URL or auto"
             )
         return StorageBasedLock(storage, settings), None
+    if option == "filesystem" or option.startswith("filesystem?"):
+        # Hudi's FileSystemBasedLockProvider lock file(s); expire_minutes / path as its config keys
+        return filesystem_lock_from_option(option, storage, settings), None
+    if option.startswith("zookeeper://"):
+        # Hudi's ZookeeperBasedLockProvider (Curator InterProcessMutex); a bad URL is a ValueError
+        return zookeeper_lock_from_url(option, storage, settings), None
     if option.startswith(("redis://", "rediss://", "unix://")):
         factory = RedisLockFactory(option, settings)
         return factory.lock(storage.base_uri), factory
     raise ValueError(
-        f"--lock {option!r}: expected 'local' or a redis://HOST:PORT/DB URL, or 'storage' or 'auto'"
+        f"--lock {option!r}: expected 'local' or a redis://HOST:PORT/DB URL, "
+        "a zookeeper://HOST:PORT/BASE_PATH?lock_key=KEY URL, or 'storage', "
+        "'filesystem[?expire_minutes=N&path=DIR]' or 'auto'"
     )

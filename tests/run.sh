@@ -10,6 +10,10 @@ command -v python3 >/dev/null || need_apt+=(python3)
 python3 -c 'import venv, ensurepip' 2>/dev/null || need_apt+=(python3-venv)
 command -v redis-server >/dev/null || need_apt+=(redis-server)
 command -v java >/dev/null || need_apt+=(openjdk-17-jre-headless)
+# ZooKeeper lock tests: Debian's ZooKeeper server and a Curator client compiled with javac
+command -v javac >/dev/null || need_apt+=(openjdk-17-jdk-headless)
+[ -d /usr/share/zookeeper ] || need_apt+=(zookeeper)
+[ -f /usr/share/java/curator-recipes.jar ] || need_apt+=(libcurator-recipes-java)
 command -v promtool >/dev/null || need_apt+=(prometheus)
 # npm: Azurite (below) and, where helm is missing, the chart tests' tools
 command -v npm >/dev/null || need_apt+=(npm)

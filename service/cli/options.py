@@ -33,7 +33,11 @@ def lock_options(fn: Callable[..., Any]) -> Callable[..., Any]:
             show_default=True,
             help="Table lock: 'auto' ('local' for a table on a local file system, 'storage' on an object "
             "store), 'local' (file lock in .hoodie/.locks, one host), 'storage' (Apache Hudi's "
-            "StorageBasedLockProvider lock file .hoodie/.locks/table_lock.json) or redis://HOST:PORT/DB.",
+            "StorageBasedLockProvider lock file .hoodie/.locks/table_lock.json), 'filesystem' (Apache "
+            "Hudi's FileSystemBasedLockProvider lock files .hoodie/lock and .hoodie/.aux/lock; "
+            "'filesystem?expire_minutes=N&path=DIR' as its expire and path keys), "
+            "zookeeper://HOST:PORT/BASE_PATH?lock_key=KEY (Apache Hudi's ZookeeperBasedLockProvider; "
+            "lock_key defaults to the table name) or redis://HOST:PORT/DB.",
         ),
         click.option(
             "--lock-wait-ms",

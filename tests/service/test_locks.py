@@ -117,7 +117,7 @@ def test_lock_from_option(tmp_path: Path) -> None:
     lock, factory = lock_from_option("local", storage)
     assert isinstance(lock, LocalFileLock) and factory is None
     with pytest.raises(ValueError, match="expected 'local' or a redis://"):
-        lock_from_option("zookeeper://x", storage)
+        lock_from_option("bogus://x", storage)
 
 
 # ---------------------------------------------------------------- redis

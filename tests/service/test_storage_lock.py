@@ -385,8 +385,8 @@ def test_lock_option_auto_fits_the_table(tmp_path: Path) -> None:
         lock_from_option("storage", local)
     with pytest.raises(LockConfigError, match=r"^--lock local: gs://lake/t is not on a local file system"):
         lock_from_option("local", on_gcs)
-    with pytest.raises(ValueError, match="'storage' or 'auto'"):
-        lock_from_option("zookeeper://x", local)
+    with pytest.raises(ValueError, match="'storage', 'filesystem.*' or 'auto'"):
+        lock_from_option("bogus://x", local)
 
 
 def test_lease_settings_follow_hudis_rules() -> None:
