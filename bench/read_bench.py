@@ -10,14 +10,21 @@ Builds, under ``--workdir`` (reused when already built for the same row count):
 Rows are generated with vectorised pyarrow/numpy and written by ``hoodie.demo.writer``. Then, in
 one run, it times hoodied's snapshot read (``HoodieTable.open(...).read_snapshot()``, every
 batch consumed) and hudi-rs's (``HudiTable.read()``) of each table, and ``Timeline.load`` of
-the 10,000-instant timeline, and prints ONE JSON line::
+the 10,000-instant timeline against hudi-rs's timeline load, and prints ONE JSON line::
 
-    {"rows": ..., "seconds": ..., "reference_seconds": ..., "ratio": ..., "mor_rows": ...,
-     "mor_seconds": ..., "mor_reference_seconds": ..., "mor_ratio": ...,
-     "timeline_instants": 10000, "timeline_seconds": ..., ...}
+    {"repeat": 5, "rows": ..., "seconds": ..., "seconds_range": [min, max],
+     "cpu_seconds": ..., "cpu_seconds_range": [...], "reference_seconds": ...,
+     "reference_cpu_seconds": ..., "ratio": ..., "ratio_range": [...], "cpu_ratio": ...,
+     "cpu_ratio_range": [...], "mor_rows": ..., "mor_seconds": ..., (the same with ``mor_``),
+     "timeline_instants": 10000, "timeline_seconds": ..., "timeline_cpu_seconds": ..., ...}
 
-``ratio`` = hoodied seconds / hudi-rs seconds (lower is better; < 1 means hoodied is faster).
-Each read is run ``--repeat`` times and the best time is reported.
+Each read runs ``--repeat`` times (default 5) after one untimed warm-up, hoodied and hudi-rs
+alternately, so both see the same load. Every figure is the median of the runs, and its
+``_range`` the lowest and highest. ``seconds`` is wall time; ``cpu_seconds`` the process's
+CPU time (user + system, ``getrusage``: every thread, pyarrow's and hudi-rs's included),
+which a busy machine moves far less than wall time. ``ratio`` / ``cpu_ratio`` = hoodied /
+hudi-rs of the same repeat (lower is better; < 1 means hoodied is faster), median and range
+over the repeats.
 """
 
 from __future__ import annotations
@@ -26,10 +33,13 @@ import argparse
 import json
 import logging
 import os
+import resource
 import shutil
+import statistics
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -119,13 +129,52 @@ def _build_timeline(path: Path) -> None:
     marker.write_text("{}")
 
 
-def _best(fn: Callable[[], int], repeat: int) -> tuple[float, int]:
-    best, rows = float("inf"), -1
+@dataclass
+class Runs:
+    """Wall and CPU seconds of the timed runs of one read."""
+
+    wall: list[float] = field(default_factory=list)
+    cpu: list[float] = field(default_factory=list)
+    rows: int = -1
+
+
+def _cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)  # every thread of the process
+    return usage.ru_utime + usage.ru_stime
+
+
+def _run(fn: Callable[[], int], runs: Runs) -> None:
+    cpu0, wall0 = _cpu_seconds(), time.perf_counter()
+    runs.rows = fn()
+    runs.wall.append(time.perf_counter() - wall0)
+    runs.cpu.append(_cpu_seconds() - cpu0)
+
+
+def _pair(ours: Callable[[], int], reference: Callable[[], int], repeat: int) -> tuple[Runs, Runs]:
+    """``repeat`` timed runs of each after one warm-up, alternately (the same load on both)."""
+    ours(), reference()
+    mine, theirs = Runs(), Runs()
     for _ in range(repeat):
-        t0 = time.perf_counter()
-        rows = fn()
-        best = min(best, time.perf_counter() - t0)
-    return best, rows
+        _run(reference, theirs)
+        _run(ours, mine)
+    return mine, theirs
+
+
+def _stats(out: dict[str, Any], key: str, values: list[float]) -> None:
+    out[key] = round(statistics.median(values), 3)
+    out[f"{key}_range"] = [round(min(values), 3), round(max(values), 3)]
+
+
+def _figures(out: dict[str, Any], prefix: str, mine: Runs, theirs: Runs) -> None:
+    _stats(out, f"{prefix}seconds", mine.wall)
+    _stats(out, f"{prefix}cpu_seconds", mine.cpu)
+    _stats(out, f"{prefix}reference_seconds", theirs.wall)
+    _stats(out, f"{prefix}reference_cpu_seconds", theirs.cpu)
+    for name, a, b in (("ratio", mine.wall, theirs.wall), ("cpu_ratio", mine.cpu, theirs.cpu)):
+        if all(x > 0 for x in b):
+            _stats(out, f"{prefix}{name}", [x / y for x, y in zip(a, b, strict=True)])
+        else:
+            out[f"{prefix}{name}"] = None
 
 
 def read_hoodied(path: Path) -> int:
@@ -155,19 +204,10 @@ def load_timeline_hudi_rs(path: Path) -> int:
 
 def _compare(prefix: str, path: Path, info: dict[str, Any], repeat: int) -> dict[str, Any]:
     out: dict[str, Any] = {f"{prefix}rows": info["expected_rows"]}
-    ref_s, ref_rows = _best(lambda: read_hudi_rs(path), repeat)
-    out[f"{prefix}reference_seconds"] = round(ref_s, 3)
-    try:
-        ours_s, ours_rows = _best(lambda: read_hoodied(path), repeat)
-    except ImportError as exc:  # the snapshot reader is not there yet
-        out[f"{prefix}seconds"] = None
-        out[f"{prefix}ratio"] = None
-        out[f"{prefix}error"] = f"hoodied reader unavailable: {exc}"
-        return out
-    out[f"{prefix}seconds"] = round(ours_s, 3)
-    out[f"{prefix}ratio"] = round(ours_s / ref_s, 3) if ref_s > 0 else None
-    if ours_rows != ref_rows or ours_rows != info["expected_rows"]:
-        out[f"{prefix}error"] = f"row counts differ: hoodied {ours_rows}, hudi-rs {ref_rows}"
+    mine, theirs = _pair(lambda: read_hoodied(path), lambda: read_hudi_rs(path), repeat)
+    _figures(out, prefix, mine, theirs)
+    if mine.rows != theirs.rows or mine.rows != info["expected_rows"]:
+        out[f"{prefix}error"] = f"row counts differ: hoodied {mine.rows}, hudi-rs {theirs.rows}"
     return out
 
 
@@ -175,8 +215,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=1_000_000, help="rows per table (default 1,000,000)")
     parser.add_argument("--workdir", default=None, help="where to build the tables (kept and reused)")
-    parser.add_argument("--repeat", type=int, default=1, help="runs per read; the best is reported")
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=5,
+        help="timed runs per read (default 5); medians and ranges are reported",
+    )
     args = parser.parse_args(argv)
+    if args.repeat < 1:
+        parser.error("--repeat must be at least 1")
     logging.basicConfig(level=logging.WARNING)
     workdir = Path(args.workdir or os.path.join(tempfile.gettempdir(), "hoodied-read-bench"))
     workdir.mkdir(parents=True, exist_ok=True)
@@ -185,14 +232,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     mor = _build(workdir / f"mor_{args.rows}", args.rows, TableType.MERGE_ON_READ)
     _build_timeline(workdir / "timeline_10k")
 
-    result: dict[str, Any] = {}
+    result: dict[str, Any] = {"repeat": args.repeat}
     result.update(_compare("", workdir / f"cow_{args.rows}", cow, args.repeat))
     result.update(_compare("mor_", workdir / f"mor_{args.rows}", mor, args.repeat))
-    tl_s, tl_n = _best(lambda: load_timeline(workdir / "timeline_10k"), args.repeat)
-    result["timeline_instants"] = tl_n
-    result["timeline_seconds"] = round(tl_s, 3)
-    ref_tl_s, _ = _best(lambda: load_timeline_hudi_rs(workdir / "timeline_10k"), args.repeat)
-    result["timeline_reference_seconds"] = round(ref_tl_s, 3)
+    timeline = workdir / "timeline_10k"
+    mine, theirs = _pair(
+        lambda: load_timeline(timeline), lambda: load_timeline_hudi_rs(timeline), args.repeat
+    )
+    result["timeline_instants"] = mine.rows
+    _figures(result, "timeline_", mine, theirs)
     result["build_seconds"] = {"cow": cow["build_seconds"], "mor": mor["build_seconds"]}
     print(json.dumps(result))
     return result
