@@ -12,6 +12,7 @@ from __future__ import annotations
 __all__ = [
     "AttemptSupersededError",
     "ClockSkewError",
+    "EngineUnavailableError",
     "FileAlreadyExistsError",
     "HeartbeatAliveError",
     "HoodieFormatError",
@@ -149,3 +150,15 @@ class InstantNotReadyError(InstantStateError):
 
     Next step: try again later (the daemon retries at the next poll, without counting a failure).
     """
+
+
+class EngineUnavailableError(HoodieServiceError):
+    """The Spark engine could not be reached or was lost: a Spark Connect server down at the start or
+    stopped mid-job, a local Spark JVM that died or did not start in time. The message names the
+    engine's address and the cause; the table is not at fault (a job that was running is left as a
+    failed attempt, rolled back before its retry).
+
+    Next step: try again once the engine is back (the daemon retries without counting a failure).
+    """
+
+    retryable = True

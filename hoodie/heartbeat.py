@@ -38,6 +38,7 @@ __all__ = [
     "Heartbeat",
     "delete_heartbeat",
     "heartbeat_path",
+    "heartbeat_times",
     "is_heartbeat_expired",
     "last_heartbeat_ms",
     "require_startable",
@@ -59,6 +60,14 @@ def last_heartbeat_ms(storage: Storage, instant_time: str) -> int:
         if info.path == path and not info.is_dir:
             return info.mtime_ms
     return 0
+
+
+def heartbeat_times(storage: Storage) -> dict[str, int]:
+    """Last beat (epoch ms) of every heartbeat file, by instant time, from one listing; an
+    instant absent from it has no heartbeat (time 0 for Hudi's ``getLastHeartbeatTime``)."""
+    prefix = HEARTBEAT_FOLDER + "/"
+    return {info.path[len(prefix):]: info.mtime_ms for info in storage.list(HEARTBEAT_FOLDER)
+            if not info.is_dir and info.path.startswith(prefix)}
 
 
 def is_heartbeat_expired(

@@ -58,6 +58,7 @@ log = logging.getLogger(__name__)
 __all__ = [
     "ROLLBACK_PLAN_VERSION",
     "FailedAttempt",
+    "attempt_files",
     "find_failed_attempts",
     "is_table_service",
     "pending_rollback_for",
@@ -112,8 +113,9 @@ def pending_rollback_for(timeline: Timeline, requested_time: str) -> Instant | N
     return None
 
 
-def _attempt_files(storage: Storage, config: TableConfig, target: Instant) -> dict[str, list[str]]:
-    """Relative paths of the attempt's files, by partition (markers first, listing as fallback)."""
+def attempt_files(storage: Storage, config: TableConfig, target: Instant) -> dict[str, list[str]]:
+    """Relative paths of the files a pending instant wrote, by partition (markers first, listing
+    as fallback); shared by table-service attempts and failed data writes (``planners.failed_writes``)."""
     t = target.requested_time
     markers = WriteMarkers(storage, t)
     found = markers.markers() if markers.exists() else []
@@ -163,7 +165,7 @@ def plan_rollback(
             f"{target.requested_time}: rolling back a {target.action.value} (a regular write) is not "
             "supported; hoodied rolls back table services only"
         )
-    return rollback_plan(storage, target, _attempt_files(storage, config, target))
+    return rollback_plan(storage, target, attempt_files(storage, config, target))
 
 
 def schedule_rollback(writer: TimelineWriter, timeline: Timeline, target: Instant) -> Instant:

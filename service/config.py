@@ -487,6 +487,12 @@ class SparkConfig(_Frozen):
     """``local``, ``local[N]``, ``local[*]`` or a Spark Connect URL ``sc://HOST:PORT``."""
     conf: dict[str, str] = Field(default_factory=dict)
     """Spark configuration passed as is (``spark.executor.memory: 4g``...)."""
+    start_timeout_seconds: float = Field(120.0, gt=0)
+    """Longest session start: a Spark Connect server's TCP connect, handshake and upload of the
+    packages, or a local JVM's start; beyond it the engine is unavailable (``engine_unavailable``)."""
+    retry_seconds: float = Field(30.0, gt=0)
+    """How long the Spark Connect client retries a call whose server does not answer before the
+    engine is unavailable (pyspark's own default is about ten minutes)."""
 
     @field_validator("master")
     @classmethod

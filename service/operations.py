@@ -197,8 +197,8 @@ def _no_executor(timeline: Timeline, inst: Instant) -> str:
         if undone is not None and is_table_service(timeline, undone):
             return f"{t} rollback: pending; finish it with `hoodied rollback TABLE --instant {target}`"
         if target:
-            return (f"{t} rollback: pending rollback of the data write {target}; hoodied rolls back table "
-                    "services only, the table's writer finishes it; left untouched")
+            return (f"{t} rollback: pending rollback of the data write {target}; the table's writer finishes "
+                    f"it (or `hoodied rollback TABLE --instant {target}` on a LAZY table); left untouched")
     if inst.action in WRITE_ACTIONS and not is_table_service(timeline, inst):
         return f"{t} {action} ({inst.state.value}): a data write, not a table service; left untouched"
     return f"{t} {action} ({inst.state.value}): no executor yet, left untouched"

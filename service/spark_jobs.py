@@ -29,7 +29,10 @@ a clustering as ``replacecommit`` (on table version 6 a pending clustering is it
 from insert-overwrites). An indexing instant completes as ``indexing``.
 
 ``SparkEngine`` owns one Spark session, started by the first job that needs it; its owner (the
-daemon, a ``SparkRunner``) closes it.
+daemon, a ``SparkRunner``) closes it. An engine that cannot be reached or is lost mid-job raises
+``EngineUnavailableError`` (``executors.engine``: bounded start, bounded client retries) before the
+instant is touched, or leaves the running attempt inflight for the rollback before its retry; the
+engine discards its session then and starts a new one for the next job.
 """
 
 from __future__ import annotations
@@ -37,14 +40,16 @@ from __future__ import annotations
 import contextlib
 import importlib
 import importlib.util
+import logging
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, ExitStack
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from hoodied.hoodie.actions.services import TableService, service_of
-from hoodied.hoodie.errors import InstantStateError, UnsupportedTableError
+from hoodied.hoodie.errors import EngineUnavailableError, InstantStateError, UnsupportedTableError
 from hoodied.hoodie.heartbeat import DEFAULT_INTERVAL_MS, DEFAULT_TOLERABLE_MISSES
 from hoodied.hoodie.locks import TableLock
 from hoodied.hoodie.properties import TableConfig, load_table_config
@@ -57,7 +62,11 @@ from hoodied.service.operations import ExecuteOutcome, ExecuteStatus, recover_fa
 if TYPE_CHECKING:  # the executors import pyspark: types only
     from hoodied.executors.compaction import CompactionResult
 
+log = logging.getLogger("hoodied.engine")
+
 __all__ = [
+    "DEFAULT_RETRY_S",
+    "DEFAULT_START_TIMEOUT_S",
     "ENGINE_MODULE",
     "SPARK_SERVICES",
     "InputCheck",
@@ -206,35 +215,144 @@ def run_compaction(
     ))
 
 
+#: Defaults of ``SparkEngine`` (``executors.engine.DEFAULT_START_TIMEOUT_S`` / ``DEFAULT_RETRY_S``,
+#: repeated here so the service layer reads them without importing pyspark).
+DEFAULT_START_TIMEOUT_S = 120.0
+DEFAULT_RETRY_S = 30.0
+#: A failed start is not tried again by the next job for this long (unless the server answers
+#: again, ``SparkEngine.reachable``): jobs of many tables do not each wait out a dead engine.
+RETRY_START_AFTER_S = 5.0
+
+
 class SparkEngine:
     """One Spark session, started by the first job that needs it and stopped by ``close()``.
 
     pyspark is imported only then: ``service`` modules must not import it directly, and a
     daemon with nothing to compact or cluster should not pay for it. Not shared between owners:
     the daemon has one for every table's jobs, each ``SparkRunner`` its own.
+
+    Engine outages: a start that fails (``EngineUnavailableError``: unreachable, no answer within
+    ``start_timeout_s``) or a job that loses the engine (``job``) marks the engine down and
+    discards the session, so the next job starts a new one once the engine is back. ``up`` is
+    ``None`` before the first start, then whether the last start or job found the engine;
+    ``problem`` says why it is down. With ``log_changes`` each change is logged once (not once per job).
     """
 
-    def __init__(self) -> None:
+    def __init__(
+        self, *, start_timeout_s: float = DEFAULT_START_TIMEOUT_S, retry_s: float = DEFAULT_RETRY_S,
+        log_changes: bool = False,
+    ) -> None:
+        self.start_timeout_s = start_timeout_s
+        self.log_changes = log_changes
+        """Log each change of ``up`` (the daemon; a command prints its one error line instead)."""
+        self.retry_s = retry_s
         self._guard = threading.Lock()
         self._stack = ExitStack()
         self._session: Any = None
+        self._master: str | None = None
+        self.up: bool | None = None
+        self.problem: str | None = None
+        self._down_error: EngineUnavailableError | None = None
+        self._retry_start_at = 0.0
 
     def session(self, master: str, conf: Mapping[str, str] | None = None) -> Any:
+        """The running session, started first when there is none (``EngineUnavailableError`` if it
+        cannot be)."""
         with self._guard:  # two first jobs at once must not start two sessions
             if self._session is None:
+                self._master = master
+                if self._down_error is not None and time.monotonic() < self._retry_start_at:
+                    # tried a moment ago: the next job does not wait for it again (a new error each
+                    # time: raising the same one would grow its traceback for as long as the outage lasts)
+                    raise EngineUnavailableError(str(self._down_error))
                 # by name, as SPARK_SERVICES' executors: the module imports pyspark
                 spark_session = importlib.import_module(ENGINE_MODULE).spark_session
-                self._session = self._stack.enter_context(spark_session(master, dict(conf or {})))
+                try:
+                    self._session = self._stack.enter_context(spark_session(
+                        master, dict(conf or {}), start_timeout_s=self.start_timeout_s, retry_s=self.retry_s,
+                    ))
+                except EngineUnavailableError as exc:
+                    self._set_down(exc)
+                    raise
+                self._set_up()
             return self._session
+
+    @contextlib.contextmanager
+    def job(self, master: str, conf: Mapping[str, str] | None = None) -> Iterator[Any]:
+        """The session for one job; a job that loses the engine marks it down and discards the session."""
+        session = self.session(master, conf)
+        try:
+            yield session
+        except EngineUnavailableError as exc:
+            self.lost(session, exc)
+            raise
+        except Exception as exc:
+            # a Spark call outside the job's own (``run_operations`` words its errors): asked of
+            # the engine whether it is still there
+            lost = importlib.import_module(ENGINE_MODULE).lost_error(exc, session)
+            if lost is None:
+                raise
+            self.lost(session, lost)
+            raise lost from exc
+
+    def lost(self, session: Any, exc: EngineUnavailableError) -> None:
+        """The engine of ``session`` is gone: down, and the session stopped (bounded) and forgotten."""
+        with self._guard:
+            self._set_down(exc)
+            if session is not self._session:  # another job discarded it already
+                return
+            stack, self._stack, self._session = self._stack, ExitStack(), None
+        stack.close()  # outside the guard: a stop never holds up the next start
+
+    def reachable(self) -> bool:
+        """While the engine is down: whether a Spark Connect server answers a TCP connect again (then
+        the next job may try at once). Always ``False`` for a local engine (nothing to ask)."""
+        master = self._master
+        if self.up is not False or master is None or not master.startswith("sc://"):
+            return False
+        problem = importlib.import_module(ENGINE_MODULE).connect_problem(master, 1.0)
+        if problem is None:
+            self._retry_start_at = 0.0
+        return problem is None
+
+    def _set_down(self, exc: EngineUnavailableError) -> None:
+        self._down_error = exc
+        self._retry_start_at = time.monotonic() + min(RETRY_START_AFTER_S, self.start_timeout_s)
+        if self.up is not False and self.log_changes:
+            log.warning("Spark engine unavailable: %s", exc)
+        self.up, self.problem = False, str(exc)
+
+    def _set_up(self) -> None:
+        if self.up is False and self.log_changes:
+            log.info("Spark engine available again: %s", self._master)
+        self.up, self.problem, self._down_error = True, None, None
 
     @property
     def started(self) -> bool:
         return self._session is not None
 
-    def close(self) -> None:
-        with self._guard:
-            self._stack.close()
-            self._session = None
+    def close(self, timeout_s: float | None = None) -> None:
+        """Stop the session. With ``timeout_s``, return within about that long whatever the engine
+        does: a session still starting is left to the exiting process, and a stop that takes
+        longer goes on in a daemon thread with the client's retries switched off."""
+        deadline = None if timeout_s is None else time.monotonic() + max(timeout_s, 0.0)
+        if not self._guard.acquire(timeout=-1 if deadline is None else max(timeout_s or 0.0, 0.0)):
+            log.warning("Spark session still starting: left to the exiting process")
+            return
+        try:
+            session, stack, self._stack, self._session = self._session, self._stack, ExitStack(), None
+        finally:
+            self._guard.release()
+        if deadline is None or session is None:
+            stack.close()
+            return
+        stopper = threading.Thread(target=stack.close, name="hoodied-engine-stop", daemon=True)
+        stopper.start()
+        stopper.join(max(deadline - time.monotonic(), 0.0))
+        if stopper.is_alive():
+            # the engine does not answer: nothing it could still do for this process is waited for
+            importlib.import_module(ENGINE_MODULE).mark_lost(session)
+            log.warning("Spark session not stopped within %.1f s: left to the engine", timeout_s)
 
 
 @contextlib.contextmanager
@@ -262,6 +380,8 @@ class SparkRunner:
         tolerable_misses: int = DEFAULT_TOLERABLE_MISSES,
         force: bool = False,
         progress: Callable[[str], AbstractContextManager[Progress | None]] = _no_progress,
+        start_timeout_s: float = DEFAULT_START_TIMEOUT_S,
+        retry_s: float = DEFAULT_RETRY_S,
     ) -> None:
         self.storage = storage
         self.lock = lock
@@ -272,12 +392,12 @@ class SparkRunner:
         self.tolerable_misses = tolerable_misses
         self.force = force
         self.progress = progress
-        self._engine = SparkEngine()
+        self._engine = SparkEngine(start_timeout_s=start_timeout_s, retry_s=retry_s)
 
     def __call__(self, inst: Instant, service: TableService) -> ExecuteOutcome:
-        session = self._engine.session(self.spark, self.spark_conf)
         label = f"{service.replace('_', ' ')} {inst.requested_time}"
-        with self.progress(label) as progress:
+        # the session starts before the instant is touched: an engine that is down changes nothing
+        with self._engine.job(self.spark, self.spark_conf) as session, self.progress(label) as progress:
             result = run_spark_service(
                 self.storage, self.lock, inst.requested_time, session, service=service,
                 time_settings=self.time_settings, heartbeat_interval_ms=self.heartbeat_interval_ms,

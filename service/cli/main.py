@@ -21,6 +21,7 @@ from typing import Any, NoReturn
 import click
 
 from hoodied.hoodie.errors import (
+    EngineUnavailableError,
     HoodieFormatError,
     HoodieServiceError,
     StorageError,
@@ -53,6 +54,8 @@ _EXIT_BY_ERROR: list[tuple[type[HoodieServiceError], int]] = [
     (HoodieFormatError, EXIT_CORRUPT),
     (UnsupportedTableError, EXIT_UNSUPPORTED),
     (StorageError, EXIT_STORAGE),
+    # an outage like the storage's: the table is not at fault, the same command works once it is back
+    (EngineUnavailableError, EXIT_STORAGE),
 ]
 
 EPILOG = """\b
@@ -63,7 +66,8 @@ Exit codes:
   3  the table (or path) does not exist / is not a Hudi table
   4  a file of the table is corrupt or does not follow the Hudi format
   5  the table uses something hoodied does not support (version, format, payload)
-  6  storage failure (permission denied, I/O error)
+  6  storage failure (permission denied, I/O error) or Spark engine unavailable
+     (Spark Connect server unreachable or lost, local Spark not started in time)
 """
 
 

@@ -6,7 +6,9 @@ why). The planners own the work (``planners.clean.schedule_clean``,
 ``planners.compaction.schedule_compaction``, ...); this module only turns options into settings.
 
 - clean: ``--policy`` (``hoodie.clean.policy``) and ``--retained``. A pending clean blocks a new
-  plan, so concurrent schedulers produce exactly one.
+  plan, so concurrent schedulers produce exactly one. On a table whose writers use
+  ``hoodie.cleaner.policy.failed.writes=LAZY`` (``hoodie.properties`` or ``-o``), failed data
+  writes are rolled back first (``service.failed_writes.schedule_clean_after_failed_writes``).
 - compaction, log compaction, clustering: Hudi's keys, repeatable ``--option KEY=VALUE``:
   ``hoodie.compact.inline.max.delta.commits``, ``hoodie.compaction.strategy``, ...;
   ``hoodie.log.compaction.blocks.threshold``; ``hoodie.clustering.plan.strategy.*`` (the keys of
@@ -17,6 +19,7 @@ Pending instants are executed by ``hoodied execute`` (``service.cli.services``).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -26,15 +29,25 @@ from hoodied.hoodie.locks import LockSettings
 from hoodied.hoodie.storage import storage_for
 from hoodied.hoodie.timeline.instant import Instant
 from hoodied.hoodie.timeline.truetime import TimeSettings
-from hoodied.planners.clean import CleanPolicy, CleanSettings, schedule_clean
+from hoodied.planners.clean import CleanPolicy, CleanSettings
 from hoodied.planners.clustering import schedule_clustering
 from hoodied.planners.compaction import CompactionSettings, schedule_compaction
+from hoodied.planners.failed_writes import (
+    FAILED_WRITES_POLICY_KEY,
+    HEARTBEAT_INTERVAL_KEY,
+    HEARTBEAT_MISSES_KEY,
+    FailedWritesSettings,
+)
 from hoodied.planners.log_compaction import LogCompactionSettings, schedule_log_compaction
 from hoodied.service.cli.options import lock_options, parse_key_values
 from hoodied.service.config import ClusteringService
+from hoodied.service.failed_writes import schedule_clean_after_failed_writes
 from hoodied.service.locks import lock_from_option
 
 __all__ = ["schedule", "schedule_and_report"]
+
+#: The ``-o`` keys of ``schedule clean``: Hudi's failed-writes policy and its writers' heartbeats.
+FAILED_WRITES_KEYS = (FAILED_WRITES_POLICY_KEY, HEARTBEAT_INTERVAL_KEY, HEARTBEAT_MISSES_KEY)
 
 #: schedule(storage, lock, settings, *, dry_run, time_settings) -> (Instant | None, plan result)
 Scheduler = Callable[..., tuple[Instant | None, Any]]
@@ -82,11 +95,29 @@ def schedule() -> None:
               default=CleanPolicy.KEEP_LATEST_COMMITS.value, show_default=True, help="hoodie.clean.policy")
 @click.option("--retained", type=click.IntRange(min=1), default=None,
               help="Commits retained (default 10), file versions (default 3) or hours (default 24).")
+@click.option("--option", "-o", "options", multiple=True, metavar="KEY=VALUE",
+              help="Hudi's failed-writes keys: hoodie.cleaner.policy.failed.writes (LAZY: roll back failed "
+                   "writes first), hoodie.client.heartbeat.interval_in_ms, "
+                   "hoodie.client.heartbeat.tolerable.misses (default: the table's hoodie.properties).")
 @click.option("--dry-run", is_flag=True, help="Print the plan summary, write nothing.")
 @lock_options
-def schedule_clean_command(table: str, policy: str, retained: int | None, dry_run: bool, lock_option: str,
-                           lock_wait_ms: int, lock_retries: int, clock_skew_ms: int) -> None:
-    """Plan a clean (HoodieCleanerPlan) and print the new instant and a summary, or why nothing is due."""
+def schedule_clean_command(table: str, policy: str, retained: int | None, options: tuple[str, ...],
+                           dry_run: bool, lock_option: str, lock_wait_ms: int, lock_retries: int,
+                           clock_skew_ms: int) -> None:
+    """Plan a clean (HoodieCleanerPlan) and print the new instant and a summary, or why nothing is due.
+
+    On a table whose writers use hoodie.cleaner.policy.failed.writes=LAZY, failed data writes
+    (pending, heartbeat expired) are rolled back first, newest first, as Hudi's clean does."""
+    failed_writes = parse_key_values(options, "--option")
+    unknown = sorted(set(failed_writes) - set(FAILED_WRITES_KEYS))
+    if unknown:
+        expected = ", ".join(FAILED_WRITES_KEYS)
+        raise click.BadParameter(f"unknown key {unknown[0]} (expected one of {expected})",
+                                 param_hint="--option")
+    try:
+        FailedWritesSettings.from_options(failed_writes)  # a bad value: one line, nothing touched
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--option") from None
     chosen = CleanPolicy(policy)
     kw: dict[str, int] = {}
     if retained is not None:
@@ -96,7 +127,8 @@ def schedule_clean_command(table: str, policy: str, retained: int | None, dry_ru
             CleanPolicy.KEEP_LATEST_BY_HOURS: {"hours_retained": retained},
         }[chosen]
     settings = CleanSettings(policy=chosen, **kw)  # type: ignore[arg-type]
-    schedule_and_report("clean", schedule_clean, settings, table, dry_run, lock_option, lock_wait_ms,
+    scheduler = functools.partial(schedule_clean_after_failed_writes, options=failed_writes)
+    schedule_and_report("clean", scheduler, settings, table, dry_run, lock_option, lock_wait_ms,
                         lock_retries, clock_skew_ms)
 
 

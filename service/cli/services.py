@@ -4,7 +4,12 @@
 (compaction, log compaction, clustering; indexing is aborted instead, as Hudi's
 ``RunIndexActionExecutor.abort`` does): ``service.operations.rollback_failed_attempt``. A live
 attempt (heartbeat not expired, judged with ``--heartbeat-interval-ms`` as ``execute`` does) is
-refused unless ``--force``.
+refused unless ``--force``. When T is a failed data write (a pending commit, delta commit or
+replace commit that is not a clustering, or the target of a pending rollback of one):
+``service.failed_writes.rollback_failed_write``, only on a table whose writers use
+``hoodie.cleaner.policy.failed.writes=LAZY`` (its ``hoodie.properties`` or ``-o KEY=VALUE``, with
+``hoodie.client.heartbeat.interval_in_ms`` and ``hoodie.client.heartbeat.tolerable.misses``); a
+live heartbeat is refused, ``--force`` or not.
 
 ``execute TABLE [--instant T]``: run pending instants, whoever requested them (a plan written by
 Apache Hudi included): all of them, oldest first, or the one given
@@ -12,11 +17,17 @@ Apache Hudi included): all of them, oldest first, or the one given
 clusterings and indexings run on Spark (``--spark``, ``--spark-conf``; ``service.spark_jobs``,
 which starts Spark only when one of them is pending), a failed attempt rolled back first. Other
 pending instants (a data write in progress, its writer's rollback) are listed and left untouched;
-a clean whose heartbeat is alive belongs to another executor and is skipped.
+a clean whose heartbeat is alive belongs to another executor and is skipped. Before it runs a
+clean on a table whose writers use ``hoodie.cleaner.policy.failed.writes=LAZY`` (its
+``hoodie.properties`` or ``-o KEY=VALUE``), it rolls back the failed data writes first, as Hudi's
+clean does (``service.failed_writes.rollback_failed_writes``).
 
 Both take the lock options of ``service.cli.options.lock_options``, and a TABLE on a local file
 system or an object store (``hoodie.storage.storage_for``: ``s3://``, ``az://``, ...; a missing
-bucket or refused credentials are a ``StorageError``, one line and exit code 6).
+bucket or refused credentials are a ``StorageError``, one line and exit code 6). A Spark engine that
+cannot be reached or started within ``--spark-start-timeout``, or is lost mid-job, is an
+``EngineUnavailableError``: one line and exit code 6 too; the session starts before a pending instant
+is touched, and an attempt the lost engine was running stays inflight, rolled back by the next run.
 """
 
 from __future__ import annotations
@@ -26,53 +37,83 @@ import click
 from hoodied.executors.clean import DEFAULT_PARALLELISM
 from hoodied.hoodie.heartbeat import DEFAULT_INTERVAL_MS
 from hoodied.hoodie.locks import LockSettings
-from hoodied.hoodie.storage import storage_for
-from hoodied.hoodie.timeline.instant import require_instant_time
+from hoodied.hoodie.properties import load_table_config
+from hoodied.hoodie.storage import Storage, storage_for
+from hoodied.hoodie.timeline.active import Timeline
+from hoodied.hoodie.timeline.instant import Action, require_instant_time
 from hoodied.hoodie.timeline.truetime import TimeSettings
+from hoodied.planners.failed_writes import HEARTBEAT_INTERVAL_KEY
 from hoodied.service.cli.options import lock_options, parse_key_values, terminal_progress
+from hoodied.service.failed_writes import (
+    is_failed_write_target,
+    rollback_failed_write,
+    rollback_failed_writes,
+)
 from hoodied.service.locks import lock_from_option
 from hoodied.service.operations import execute_pending, rollback_failed_attempt
-from hoodied.service.spark_jobs import SPARK_SERVICES, SparkRunner
+from hoodied.service.spark_jobs import DEFAULT_START_TIMEOUT_S, SPARK_SERVICES, SparkRunner
 
 __all__ = ["execute", "rollback"]
 
 
 @click.command()
 @click.argument("table")
-@click.option("--instant", "instant_time", required=True, help="Requested time of the failed table service.")
-@click.option("--force", is_flag=True, help="Roll back even when its heartbeat is still alive.")
+@click.option("--instant", "instant_time", required=True,
+              help="Requested time of the failed table service or data write.")
+@click.option("--force", is_flag=True,
+              help="Roll back a table service even when its heartbeat is still alive (never a data write).")
 @click.option("--heartbeat-interval-ms", type=click.IntRange(min=10), default=DEFAULT_INTERVAL_MS,
               show_default=True,
               help="hoodie.client.heartbeat.interval_in_ms of the failed attempt's executor.")
+@click.option("--option", "-o", "options", multiple=True, metavar="KEY=VALUE",
+              help="A Hudi writer setting for failed data writes, repeatable: "
+                   "hoodie.cleaner.policy.failed.writes, hoodie.client.heartbeat.interval_in_ms, "
+                   "hoodie.client.heartbeat.tolerable.misses (over the table's hoodie.properties).")
 @lock_options
+@click.pass_context
 def rollback(
+    ctx: click.Context,
     table: str,
     instant_time: str,
     force: bool,
     heartbeat_interval_ms: int,
+    options: tuple[str, ...],
     lock_option: str,
     lock_wait_ms: int,
     lock_retries: int,
     clock_skew_ms: int,
 ) -> None:
-    """Roll back a failed table-service attempt.
+    """Roll back a failed table-service attempt or a failed data write.
 
     As Apache Hudi does before a retry: a compaction, log compaction or clustering gets a
     rollback instant that deletes the attempt's files; a failed indexing attempt is aborted
     (its metadata-table partition is dropped). The service is then requested again with its
-    unchanged plan."""
+    unchanged plan. A failed data write (commit, delta commit, insert overwrite, delete
+    partition) on a table with hoodie.cleaner.policy.failed.writes=LAZY whose heartbeat expired
+    is rolled back as Hudi's clean does it: its files and its instant are gone."""
     require_instant_time(instant_time)
+    writer_options = parse_key_values(options, "--option")
+    if ctx.get_parameter_source("heartbeat_interval_ms") is not click.core.ParameterSource.DEFAULT:
+        writer_options.setdefault(HEARTBEAT_INTERVAL_KEY, str(heartbeat_interval_ms))
     storage = storage_for(table)
     settings = LockSettings(wait_ms=lock_wait_ms, retries=lock_retries)
     lock, factory = lock_from_option(lock_option, storage, settings)
+    times = TimeSettings(max_expected_clock_skew_ms=clock_skew_ms)
     try:
+        if is_failed_write_target(storage, instant_time):
+            try:
+                data = rollback_failed_write(storage, instant_time, lock, writer_options, time_settings=times)
+            except ValueError as exc:  # a bad -o value
+                raise click.BadParameter(str(exc), param_hint="--option") from None
+            click.echo(data.summary())
+            return
         result = rollback_failed_attempt(
             storage,
             instant_time,
             lock,
             force=force,
             heartbeat_interval_ms=heartbeat_interval_ms,
-            time_settings=TimeSettings(max_expected_clock_skew_ms=clock_skew_ms),
+            time_settings=times,
         )
     finally:
         if factory is not None:
@@ -96,10 +137,19 @@ def rollback(
               help="Spark for compactions, log compactions, clusterings and indexing: local, local[N] "
                    "or sc://HOST:PORT (Spark Connect).")
 @click.option("--spark-conf", multiple=True, metavar="KEY=VALUE", help="A Spark setting, repeatable.")
+@click.option("--spark-start-timeout", type=click.FloatRange(min=0, min_open=True),
+              default=DEFAULT_START_TIMEOUT_S, show_default=True, metavar="SECONDS",
+              help="Longest Spark session start (a Spark Connect server's connect and handshake, a local "
+                   "JVM's start); beyond it, or when the server is unreachable or lost: one line, exit 6.")
+@click.option("--option", "-o", "options", multiple=True, metavar="KEY=VALUE",
+              help="A Hudi writer setting, repeatable: hoodie.cleaner.policy.failed.writes=LAZY rolls back "
+                   "failed data writes before a clean runs (with hoodie.client.heartbeat.interval_in_ms, "
+                   "hoodie.client.heartbeat.tolerable.misses; over the table's hoodie.properties).")
 @lock_options
 def execute(table: str, instant_time: str | None, parallelism: int, heartbeat_interval_ms: int, force: bool,
-            spark_master: str, spark_conf: tuple[str, ...],
-            lock_option: str, lock_wait_ms: int, lock_retries: int, clock_skew_ms: int) -> None:
+            spark_master: str, spark_conf: tuple[str, ...], spark_start_timeout: float,
+            options: tuple[str, ...], lock_option: str, lock_wait_ms: int, lock_retries: int,
+            clock_skew_ms: int) -> None:
     """Run the pending table services of TABLE.
 
     Oldest first; the other pending instants are listed. Cleans, compactions, log
@@ -116,8 +166,17 @@ def execute(table: str, instant_time: str | None, parallelism: int, heartbeat_in
     spark = SparkRunner(
         storage, lock, spark=spark_master, spark_conf=spark_settings, time_settings=times,
         heartbeat_interval_ms=heartbeat_interval_ms, force=force, progress=terminal_progress,
+        start_timeout_s=spark_start_timeout,
     )
     try:
+        if _runs_a_clean(storage, instant_time):
+            try:  # as Hudi's clean: failed writes first (LAZY only; nothing otherwise)
+                rolled = rollback_failed_writes(storage, lock, parse_key_values(options, "--option"),
+                                                time_settings=times)
+            except ValueError as exc:  # a bad -o value
+                raise click.BadParameter(str(exc), param_hint="--option") from None
+            for done in rolled:
+                click.echo(f"failed write: {done.summary()}")
         outcomes = execute_pending(
             storage, lock, instant_time, time_settings=times,
             parallelism=parallelism, heartbeat_interval_ms=heartbeat_interval_ms, force=force,
@@ -132,3 +191,11 @@ def execute(table: str, instant_time: str | None, parallelism: int, heartbeat_in
     for outcome in outcomes:
         click.echo(outcome.message)
 
+
+def _runs_a_clean(storage: Storage, instant_time: str | None) -> bool:
+    """Whether ``execute`` is about to run a clean (the one asked for, or any pending one)."""
+    timeline = Timeline.load(storage, load_table_config(storage))
+    if instant_time is not None:
+        inst = timeline.get(instant_time)
+        return inst is not None and inst.action is Action.CLEAN and inst.is_pending
+    return bool(timeline.pending((Action.CLEAN,)))

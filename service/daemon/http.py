@@ -6,8 +6,9 @@ Routes (GET or HEAD; anything else is 405, unknown paths 404):
 - ``/healthz``: liveness. 200 while the last poll cycle ended (or the daemon started) less
   than ``liveness_seconds`` ago, else 503: a stuck loop gets the pod restarted.
 - ``/readyz``: readiness. 503 while starting (no poll cycle yet), while draining after
-  SIGTERM, or when Redis (the lock service) does not answer; the Redis check is cached for
-  ``READY_CACHE_S`` so probes cannot hammer it.
+  SIGTERM, when Redis (the lock service) does not answer, or while the Spark engine is known to
+  be down (``SparkEngine.up`` is False: the last session start or job found it unreachable or
+  lost); the Redis check is cached for ``READY_CACHE_S`` so probes cannot hammer it.
 - ``/status``: the JSON document of ``service.daemon.status.status_document`` (what
   ``hoodied status`` shows).
 
@@ -91,6 +92,8 @@ async def _respond(daemon: DaemonView, ready: _Ready, path: str) -> tuple[int, s
         problem = await ready.lock_service_problem(daemon)
         if problem:
             return 503, "text/plain", f"{problem}\n".encode()
+        if daemon.engine.up is False:
+            return 503, "text/plain", f"spark engine unavailable: {daemon.engine.problem}\n".encode()
         return 200, "text/plain", b"ready\n"
     if path == "/status":
         body = json.dumps(status_document(daemon), default=str).encode()

@@ -25,6 +25,11 @@ How errors are read (``classify``):
   ``storage_unavailable``; an outage of the storage, not a broken table: retried with backoff for
   as long as it lasts, never a reason to quarantine (writes are write-once or atomic, so a failed
   one leaves nothing half-written; a failed attempt is rolled back before its retry);
+- ``EngineUnavailableError`` (the Spark engine cannot be reached or was lost mid-job: a Spark
+  Connect server down or stopped, a local JVM that died or did not start in time):
+  ``engine_unavailable``; an outage of the engine, not of the table: retried with backoff for as
+  long as it lasts, never a reason to quarantine (the attempt that was running stays inflight and
+  is rolled back before its retry);
 - any other error (a file gone under the job, clock skew, a bug): ``failed`` and retryable, with
   backoff, until the attempts run out;
 - anything raised after the daemon asked the job to stop: ``handed_back``.
@@ -48,6 +53,7 @@ from types import TracebackType
 
 from hoodied.hoodie.actions.services import TableService
 from hoodied.hoodie.errors import (
+    EngineUnavailableError,
     HeartbeatAliveError,
     HoodieFormatError,
     InstantNotReadyError,
@@ -79,6 +85,7 @@ __all__ = [
     "Job",
     "JobKind",
     "JobOutcome",
+    "OUTAGE_OUTCOMES",
     "Outcome",
     "TimedLock",
     "classify",
@@ -114,6 +121,8 @@ class Outcome(StrEnum):
     """The lock service is down (or the table lock stayed busy): retried, never a quarantine."""
     STORAGE_UNAVAILABLE = "storage_unavailable"
     """The storage failed (throttled, unreachable, denied, full, read-only): retried, never a quarantine."""
+    ENGINE_UNAVAILABLE = "engine_unavailable"
+    """The Spark engine is unreachable or was lost mid-job: retried, never a quarantine."""
     UNSUPPORTED = "unsupported"
     """The instant or service is one hoodied cannot do: left waiting."""
     CORRUPT = "corrupt"
@@ -124,6 +133,11 @@ class Outcome(StrEnum):
     """Stopped by the daemon's shutdown."""
 
 
+#: Outages of what a job needs (the lock service, the storage, the Spark engine), not of the table:
+#: retried with backoff for as long as they last, never counted as failures, never a quarantine.
+OUTAGE_OUTCOMES = frozenset(
+    {Outcome.LOCK_UNAVAILABLE, Outcome.STORAGE_UNAVAILABLE, Outcome.ENGINE_UNAVAILABLE}
+)
 #: Job outcomes whose counters start at 0 for each table and service (``Metrics.track_table``).
 COUNTED_JOB_OUTCOMES = (Outcome.SUCCESS.value, Outcome.FAILED.value, Outcome.CORRUPT.value)
 #: Plan outcomes whose counters start at 0 for each table and planned service.
@@ -252,6 +266,8 @@ def classify(exc: BaseException, cancel: threading.Event) -> JobOutcome:
         return JobOutcome(Outcome.UNSUPPORTED, str(exc))
     if isinstance(exc, LockError):
         return JobOutcome(Outcome.LOCK_UNAVAILABLE, _one_line(exc), retryable=True)
+    if isinstance(exc, EngineUnavailableError):
+        return JobOutcome(Outcome.ENGINE_UNAVAILABLE, _one_line(exc), retryable=True)
     if is_storage_outage(exc):
         return JobOutcome(Outcome.STORAGE_UNAVAILABLE, _one_line(exc), retryable=True)
     return JobOutcome(Outcome.FAILED, _one_line(exc), retryable=True)

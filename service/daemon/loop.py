@@ -34,8 +34,12 @@ Dispatch rules:
 
 Failures: a failed job is retried after ``retry.backoff(n)``; after ``retry.max_attempts``
 the table is quarantined with the last error as the reason. A job that could not have or keep
-the table lock or its lease (``lock_unavailable``: the lock service is down) is retried at
-least once per poll interval for as long as that lasts and never quarantines a table. A
+the table lock or its lease (``lock_unavailable``: the lock service is down), or that failed on
+the storage (``storage_unavailable``) or on the Spark engine (``engine_unavailable``: the server
+unreachable, lost mid-job, a local JVM dead) is retried with backoff for as long as that lasts and
+never quarantines a table. While the engine is down ``/readyz`` answers 503 and
+``hoodied_engine_up`` is 0; each poll cycle asks a Spark Connect server's port (one TCP connect)
+and, once it answers, the jobs that waited for the engine are retried at once. A
 table whose config or timeline cannot be read (corrupt, unsupported, not found) is
 quarantined at once, and a plan or executor that reports a corrupt file quarantines it too;
 a quarantined table is not read or written again until the daemon restarts. Every other
@@ -106,7 +110,8 @@ class Daemon:
         self.settings = settings
         self.once = once
         self.registry = registry or build_registry()
-        self.engine = SparkEngine()
+        self.engine = SparkEngine(start_timeout_s=settings.spark.start_timeout_seconds,
+                                  retry_s=settings.spark.retry_seconds, log_changes=True)
         """The Spark session of every table's Spark jobs: started by the first, closed when ``run`` ends."""
         self.tables: dict[str, TableState] = {
             t.path: TableState(t.path, t.policy, "config") for t in settings.tables
@@ -168,9 +173,14 @@ class Daemon:
                     await listener.aclose()
             for job in self.abandoned:
                 job.release_after_abandon()
-            if self.engine.started:  # jobs are over or abandoned: their instants stay recoverable
-                with anyio.CancelScope(shield=True):
-                    await anyio.to_thread.run_sync(self.engine.close)
+            # jobs are over or abandoned (their instants stay recoverable); after a stop request
+            # the session gets what is left of the grace period (at least a second) to stop, so a
+            # dead engine cannot hold the exit up
+            left = None
+            if self.draining:
+                left = max(self._stop_at + self.settings.grace_period_seconds - time.monotonic() - 0.5, 1.0)
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(functools.partial(self.engine.close, left))
             if self.factory is not None:
                 self.factory.close()
         why = self.stop_reason or ("one pass done" if self.once else "stopped")
@@ -254,8 +264,20 @@ class Daemon:
         self.last_cycle_seconds = time.monotonic() - started
         self.last_cycle_end = time.time()
         self.metrics.poll_cycle.observe(self.last_cycle_seconds)
+        await self._engine_back()
         self._dispatch()
         return self.last_cycle_seconds
+
+    async def _engine_back(self) -> None:
+        """While the Spark engine is down: once its server answers again, the jobs that waited for it
+        are retried now instead of at the end of their backoff."""
+        if self.engine.up is not False or not await anyio.to_thread.run_sync(self.engine.reachable):
+            return
+        now = time.monotonic()
+        for ts in self.tables.values():
+            for failure in ts.failures.values():
+                if failure.engine:
+                    failure.next_at = min(failure.next_at, now)
 
     async def _repoll_touched(self) -> None:
         touched = [self.tables[u] for u in self._touched if u in self.tables]

@@ -19,6 +19,7 @@ hoodied_delta_commits_since_last_compaction        gauge      table (merge-on-re
 hoodied_last_success_timestamp_seconds             gauge      table, action
 hoodied_running_jobs                               gauge      action
 hoodied_draining                                   gauge      (1 after SIGTERM)
+hoodied_engine_up                                  gauge      (0 while the Spark engine is down)
 hoodied_last_poll_timestamp_seconds                gauge
 hoodied_jobs_total                                 counter    table, action, outcome
 hoodied_plans_total                                counter    table, action, outcome
@@ -41,12 +42,17 @@ is alive), ``claimed`` (another replica holds the instant's lease), ``already_do
 untouched), ``corrupt`` (table quarantined), ``handed_back`` (daemon stopping),
 ``lock_unavailable`` (the table lock or the lease could not be had or kept; retried, never a
 quarantine), ``storage_unavailable`` (the storage failed: throttled, unreachable, denied, full or
-read-only; retried, never a quarantine). Plan outcomes: ``planned``, ``nothing_due``,
+read-only; retried, never a quarantine), ``engine_unavailable`` (the Spark engine could not be
+reached or was lost mid-job; retried, never a quarantine). Plan outcomes: ``planned``, ``nothing_due``,
 ``failed``, ``unsupported``, ``corrupt``, ``lock_unavailable``, ``storage_unavailable``. After
 its first poll, a table that is not paused has its job counters of ``success``, ``failed`` and
 ``corrupt`` and its plan counters of ``planned`` and ``failed`` at 0 for each service its policy
 runs (``Metrics.track_table``), so ``increase()`` sees its first outcome; the other outcomes appear
 when they first happen.
+
+``hoodied_engine_up`` is 0 while the Spark engine is known to be down (the last session start or
+job found it unreachable or lost; ``/readyz`` answers 503 meanwhile), else 1, also before any
+Spark job started a session.
 """
 
 from __future__ import annotations
@@ -88,6 +94,8 @@ class StateSnapshot:
     last_poll: float | None
     storage_requests: dict[str, int] = field(default_factory=dict)
     """Object-store requests sent by this process so far, by operation."""
+    engine_down: bool = False
+    """The Spark engine is known to be unavailable (``service.spark_jobs.SparkEngine.up`` is False)."""
 
 
 def _version() -> str:
@@ -142,6 +150,9 @@ class StateCollector(Collector):
         yield running
         yield GaugeMetricFamily("hoodied_draining", "1 once the daemon stops taking work.",
                                 value=1 if s.draining else 0)
+        yield GaugeMetricFamily("hoodied_engine_up",
+                                "0 while the Spark engine is unreachable or lost (see /readyz), else 1.",
+                                value=0 if s.engine_down else 1)
         if s.last_poll is not None:
             yield GaugeMetricFamily("hoodied_last_poll_timestamp_seconds",
                                     "When the last poll cycle ended (epoch seconds).", value=s.last_poll)

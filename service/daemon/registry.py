@@ -214,12 +214,14 @@ def _spark_executor(service: TableService) -> Callable[[JobContext], str]:
     def run(ctx: JobContext) -> str:
         hb = ctx.settings.heartbeat
         spark = ctx.settings.spark
-        session = ctx.engine.session(spark.master, spark.conf)
-        result = run_spark_service(
-            ctx.storage, ctx.lock, ctx.instant.requested_time, session,
-            service=service, time_settings=ctx.time_settings, heartbeat_interval_ms=hb.interval_ms,
-            tolerable_misses=hb.tolerable_misses,
-        )
+        # the session starts before the instant is touched; a job that loses the engine has the
+        # engine discard its session (``SparkEngine.job``) and ends ``engine_unavailable``
+        with ctx.engine.job(spark.master, spark.conf) as session:
+            result = run_spark_service(
+                ctx.storage, ctx.lock, ctx.instant.requested_time, session,
+                service=service, time_settings=ctx.time_settings, heartbeat_interval_ms=hb.interval_ms,
+                tolerable_misses=hb.tolerable_misses,
+            )
         return result.summary()
 
     return run

@@ -19,6 +19,7 @@ from hoodied.service.daemon.metrics import Metrics, StateSnapshot, TableSnapshot
 from hoodied.service.daemon.registry import Registry
 from hoodied.service.daemon.table_state import TableState, item_status
 from hoodied.service.locks import RedisLockFactory
+from hoodied.service.spark_jobs import SparkEngine
 
 __all__ = ["DaemonView", "state_snapshot", "status_document"]
 
@@ -56,6 +57,8 @@ class DaemonView(Protocol):
     def factory(self) -> RedisLockFactory | None: ...
     @property
     def metrics(self) -> Metrics: ...
+    @property
+    def engine(self) -> SparkEngine: ...
 
     def lock_where(self) -> str:
         """Where the table locks live: ``local`` or the lock service's address."""
@@ -82,7 +85,7 @@ def state_snapshot(daemon: DaemonView) -> StateSnapshot:
         tables.append(snap)
     running = Counter(j.action for j in daemon.running.values())
     return StateSnapshot(tables, dict(running), daemon.draining, daemon.last_cycle_end,
-                         STORAGE_REQUESTS.snapshot())
+                         STORAGE_REQUESTS.snapshot(), engine_down=daemon.engine.up is False)
 
 
 def status_document(daemon: DaemonView) -> dict[str, Any]:
@@ -126,6 +129,9 @@ def status_document(daemon: DaemonView) -> dict[str, Any]:
         "replica": daemon.replica, "started_at": daemon.started_at, "draining": daemon.draining,
         "stop_reason": daemon.stop_reason, "once": daemon.once, "lock": daemon.lock_where(),
         "workers": {"limit": daemon.settings.concurrency.workers, "busy": len(daemon.running)},
+        # up: None before the first Spark job started a session
+        "engine": {"master": daemon.settings.spark.master, "up": daemon.engine.up,
+                   "problem": daemon.engine.problem},
         "last_poll": {"ended_at": daemon.last_cycle_end, "seconds": daemon.last_cycle_seconds,
                       "age_seconds": round(daemon.loop_heartbeat_age(), 3),
                       # object-store requests while the cycle ran (jobs running meanwhile included)

@@ -23,7 +23,7 @@ from typing import Any
 from hoodied.hoodie.actions.services import TableService
 from hoodied.hoodie.storage import Storage
 from hoodied.service.config import DaemonConfig, Policy
-from hoodied.service.daemon.jobs import Job, JobKind, JobOutcome, Outcome
+from hoodied.service.daemon.jobs import OUTAGE_OUTCOMES, Job, JobKind, JobOutcome, Outcome
 from hoodied.service.daemon.poll import PendingItem, PollResult
 from hoodied.service.daemon.registry import Registry
 
@@ -44,7 +44,9 @@ class Failure:
     next_at: float
     last_error: str
     lock: bool = False
-    """Counted outages of the lock service or the storage (they never lead to quarantine)."""
+    """Counted outages of the lock service, the storage or the Spark engine (never a quarantine)."""
+    engine: bool = False
+    """The last outage was the Spark engine's: retried at once when its server answers again."""
 
 
 @dataclass(slots=True)
@@ -169,13 +171,14 @@ def record_outcome(
             ts.plan_checked[job.service] = (ts.poll.signature, now)
     elif outcome.outcome in (Outcome.SKIPPED, Outcome.CLAIMED):
         ts.holds[key] = (now + settings.poll_interval_seconds, outcome.message)
-    elif outcome.outcome in (Outcome.LOCK_UNAVAILABLE, Outcome.STORAGE_UNAVAILABLE):
-        # the lock service or the storage, not the table: retried with backoff for as long as it
-        # lasts, never quarantined
+    elif outcome.outcome in OUTAGE_OUTCOMES:
+        # the lock service, the storage or the Spark engine, not the table: retried with backoff for
+        # as long as it lasts, never quarantined
         verdict = Verdict("warning", f"{what}: {outcome.message}")
         n = (ts.failures[key].count if key in ts.failures else 0) + 1
         delay = settings.retry.backoff(n)
-        ts.failures[key] = Failure(n, now + delay, outcome.message, lock=True)
+        ts.failures[key] = Failure(n, now + delay, outcome.message, lock=True,
+                                   engine=outcome.outcome is Outcome.ENGINE_UNAVAILABLE)
         record["retry_in_seconds"] = delay
     elif outcome.outcome is Outcome.UNSUPPORTED:
         ts.waiting[key] = outcome.message

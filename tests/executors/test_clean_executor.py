@@ -542,8 +542,8 @@ def test_execute_leaves_a_pending_rollback_of_a_data_write_to_the_writer(hudi_ta
     assert out.exit_code == 0, out.stderr
     assert out.stdout.splitlines() == [
         f"{w} commit (inflight): a data write, not a table service; left untouched",
-        f"{r} rollback: pending rollback of the data write {w}; hoodied rolls back table services only, "
-        "the table's writer finishes it; left untouched",
+        f"{r} rollback: pending rollback of the data write {w}; the table's writer finishes it (or "
+        f"`hoodied rollback TABLE --instant {w}` on a LAZY table); left untouched",
     ]
     assert _files(root) == before
 
