@@ -11,6 +11,8 @@ and ``retryable``).
 How errors are read (``classify``):
 
 - ``HeartbeatAliveError`` (the instant's heartbeat is fresh): ``skipped``, another executor is at work;
+  ``AttemptSupersededError`` (this replica was paused past its lease and another took the instant
+  over: ``hoodie.fence`` refused every write after that): ``claimed``, the instant is the other's;
   ``InstantNotReadyError`` (an indexing waiting for pending data writes): ``skipped`` too, tried
   again at the next poll;
 - ``HoodieFormatError`` / ``TableNotFoundError``: ``corrupt``; executors and planners check
@@ -53,6 +55,7 @@ from types import TracebackType
 
 from hoodied.hoodie.actions.services import TableService
 from hoodied.hoodie.errors import (
+    AttemptSupersededError,
     EngineUnavailableError,
     HeartbeatAliveError,
     HoodieFormatError,
@@ -260,6 +263,8 @@ def classify(exc: BaseException, cancel: threading.Event) -> JobOutcome:
         return JobOutcome(Outcome.HANDED_BACK, f"stopped by shutdown: {_one_line(exc)}")
     if isinstance(exc, InstantNotReadyError | HeartbeatAliveError):
         return JobOutcome(Outcome.SKIPPED, str(exc))
+    if isinstance(exc, AttemptSupersededError):  # paused past its lease: the instant is another's now
+        return JobOutcome(Outcome.CLAIMED, _one_line(exc))
     if isinstance(exc, HoodieFormatError | TableNotFoundError):
         return JobOutcome(Outcome.CORRUPT, str(exc))
     if isinstance(exc, UnsupportedTableError):

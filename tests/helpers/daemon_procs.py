@@ -27,13 +27,18 @@ from hoodied.hoodie.timeline.instant import Action, Instant
 PROJECT = Path(__file__).resolve().parents[2]
 
 
-def hoodied(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+def hoodied(
+    *args: str, env: dict[str, str] | None = None, new_session: bool = False
+) -> subprocess.Popen[str]:
+    """``hoodied ARGS`` (``new_session``: in its own process group, with its Spark JVM and workers,
+    so a test can stop or kill the whole group)."""
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("HOODIED_")}
     full_env["PYTHONPATH"] = str(PROJECT)
     full_env.update(env or {})
     return subprocess.Popen(
         [sys.executable, "-m", "hoodied.service.cli", *args],
         cwd=PROJECT, env=full_env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        start_new_session=new_session,
     )
 
 
