@@ -50,6 +50,11 @@ from hoodied.hoodie.storage import OBJECT_STORE_SCHEMES
 from hoodied.planners.clean import CleanPolicy, CleanSettings
 from hoodied.planners.clustering import ClusteringSettings
 from hoodied.planners.compaction import CompactionSettings, CompactionStrategy
+from hoodied.planners.failed_writes import (
+    FAILED_WRITES_POLICY_KEY,
+    HEARTBEAT_INTERVAL_KEY,
+    HEARTBEAT_MISSES_KEY,
+)
 from hoodied.planners.log_compaction import LogCompactionSettings
 
 if TYPE_CHECKING:
@@ -110,6 +115,18 @@ class CleanService(_Frozen):
     """``hoodie.clean.hours.retained``."""
     incremental: bool = True
     """``hoodie.clean.incremental.enabled``: look only at partitions written since the last clean."""
+    failed_writes_policy: Literal["EAGER", "LAZY", "NEVER"] | None = None
+    """``hoodie.cleaner.policy.failed.writes`` of the table's writers; unset: the table's
+    ``hoodie.properties`` (``EAGER`` when absent, as in Hudi). ``LAZY``: before each clean is planned
+    or executed, failed data writes whose heartbeat expired are rolled back, as Hudi's clean does
+    (``service.failed_writes``; the heartbeat settings are ``heartbeat``'s)."""
+
+    def failed_writes_options(self, interval_ms: int, tolerable_misses: int) -> dict[str, str]:
+        """Hudi's keys for ``service.failed_writes``: the policy when set, and the writers' heartbeats."""
+        out = {HEARTBEAT_INTERVAL_KEY: str(interval_ms), HEARTBEAT_MISSES_KEY: str(tolerable_misses)}
+        if self.failed_writes_policy is not None:
+            out[FAILED_WRITES_POLICY_KEY] = self.failed_writes_policy
+        return out
 
     def settings(self) -> CleanSettings:
         return CleanSettings(

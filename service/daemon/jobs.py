@@ -153,6 +153,8 @@ class JobOutcome:
     message: str
     retryable: bool = False
     seconds: float = 0.0
+    counts: dict[str, int] = field(default_factory=dict)
+    """What the job did besides its instant or plan (``registry.FAILED_WRITES_ROLLED_BACK``)."""
 
     def __post_init__(self) -> None:
         self.outcome = Outcome(self.outcome)  # a misspelt outcome fails here, not in the books
@@ -345,6 +347,7 @@ def _execute_leased(
         return refused
     job.lease = lease
     time_settings = TimeSettings(max_expected_clock_skew_ms=settings.clock_skew_ms)
+    counts: dict[str, int] = {}
     try:
         # the poll may be stale: another replica may have finished the instant and freed its lease
         instant = Timeline.load(job.storage, job.config).get(t)
@@ -354,7 +357,8 @@ def _execute_leased(
                               seconds=time.monotonic() - started)
         lock = TimedLock(table_lock(factory, settings, job.storage), on_lock_wait)
         ctx = JobContext(
-            job.storage, job.config, instant, lock, job.policy, settings, time_settings, job.cancel, engine
+            job.storage, job.config, instant, lock, job.policy, settings, time_settings, job.cancel, engine,
+            counts,
         )
         outcome = JobOutcome(Outcome.SUCCESS, spec.run(ctx))
     except Exception as exc:
@@ -364,6 +368,7 @@ def _execute_leased(
     finally:
         if not job.abandoned:
             lease.release()
+    outcome.counts = counts  # what it did before it failed counts too
     outcome.seconds = time.monotonic() - started
     return outcome
 
@@ -381,6 +386,7 @@ def plan(
     time_settings = TimeSettings(max_expected_clock_skew_ms=settings.clock_skew_ms)
     lock = TimedLock(table_lock(factory, settings, job.storage), on_lock_wait)
     ctx = PlanContext(job.storage, job.config, job.timeline, lock, job.policy, settings, time_settings)
+    outcome: JobOutcome
     try:
         result = spec.plan(ctx)
         if result.instant is not None:
@@ -392,5 +398,6 @@ def plan(
         outcome = classify(exc, job.cancel)
         if outcome.outcome is Outcome.FAILED:
             log.warning("planning %s failed", job.service, exc_info=True)
+    outcome.counts = ctx.counts
     outcome.seconds = time.monotonic() - started
     return outcome

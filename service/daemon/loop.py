@@ -84,7 +84,7 @@ from hoodied.service.daemon.jobs import (
 )
 from hoodied.service.daemon.metrics import Metrics, StateSnapshot
 from hoodied.service.daemon.poll import PollResult, discover_tables, poll_table
-from hoodied.service.daemon.registry import Registry, build_registry
+from hoodied.service.daemon.registry import FAILED_WRITES_ROLLED_BACK, Registry, build_registry
 from hoodied.service.daemon.status import state_snapshot, status_document
 from hoodied.service.daemon.table_state import Candidate, TableState, next_for_table, record_outcome
 from hoodied.service.locks import RedisLockFactory
@@ -501,6 +501,10 @@ class Daemon:
             self.metrics.job_duration.labels(job.action, outcome.outcome).observe(outcome.seconds)
         else:
             self.metrics.plans.labels(ts.uri, job.action, outcome.outcome).inc()
+        rolled = outcome.counts.get(FAILED_WRITES_ROLLED_BACK, 0)
+        if rolled:
+            self.metrics.failed_writes.labels(ts.uri).inc(rolled)
+            ts.failed_writes_rolled_back += rolled
         verdict = record_outcome(ts, job, kind, outcome, self.settings, time.monotonic())
         if verdict.error is not None:
             self.problems_in_pass += 1

@@ -27,6 +27,7 @@ hoodied_job_duration_seconds                       histogram  action, outcome
 hoodied_lock_wait_seconds                          histogram  action
 hoodied_poll_cycle_duration_seconds                histogram
 hoodied_storage_requests_total                     counter    operation
+hoodied_failed_writes_rolled_back_total            counter    table
 =================================================  =========  ==================================
 
 ``hoodied_storage_requests_total`` counts the requests this process sent to object stores
@@ -50,6 +51,10 @@ its first poll, a table that is not paused has its job counters of ``success``, 
 runs (``Metrics.track_table``), so ``increase()`` sees its first outcome; the other outcomes appear
 when they first happen.
 
+``hoodied_failed_writes_rolled_back_total`` counts the failed data writes rolled back before a
+clean was planned or executed, on tables whose writers use ``hoodie.cleaner.policy.failed.writes=LAZY``
+(``service.failed_writes``); it starts at 0 with the table's other counters.
+
 ``hoodied_engine_up`` is 0 while the Spark engine is known to be down (the last session start or
 job found it unreachable or lost; ``/readyz`` answers 503 meanwhile), else 1, also before any
 Spark job started a session.
@@ -57,6 +62,7 @@ Spark job started a session.
 
 from __future__ import annotations
 
+import contextlib
 import platform
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -178,6 +184,9 @@ class Metrics:
                                       ["action", "outcome"], buckets=_JOB_BUCKETS, registry=self.registry)
         self.lock_wait = Histogram("hoodied_lock_wait_seconds", "Time spent waiting for a table lock.",
                                    ["action"], buckets=_LOCK_BUCKETS, registry=self.registry)
+        self.failed_writes = Counter("hoodied_failed_writes_rolled_back",
+                                     "Failed data writes rolled back before a clean (LAZY tables).",
+                                     ["table"], registry=self.registry)
         self.poll_cycle = Histogram("hoodied_poll_cycle_duration_seconds",
                                     "Wall time of one poll cycle over every watched table.",
                                     buckets=_POLL_BUCKETS, registry=self.registry)
@@ -195,12 +204,15 @@ class Metrics:
             for action, names in outcomes.items():
                 for outcome in names:
                     counter.labels(table, action, outcome)
+        self.failed_writes.labels(table)
 
     def forget_table(self, table: str) -> None:
         """Drop every counter series of a table the daemon no longer watches."""
         for counter in (self.jobs, self.plans):
             for labels in [k for k in _label_sets(counter) if k[0] == table]:
                 counter.remove(*labels)
+        with contextlib.suppress(KeyError):
+            self.failed_writes.remove(table)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -48,9 +48,11 @@ from hoodied.planners.clustering import clustering_due, schedule_clustering
 from hoodied.planners.compaction import compaction_due, schedule_compaction
 from hoodied.planners.log_compaction import log_compaction_due, schedule_log_compaction
 from hoodied.service.config import DaemonConfig, Policy
+from hoodied.service.failed_writes import rollback_failed_writes
 from hoodied.service.spark_jobs import SPARK_SERVICES, SparkEngine, run_spark_service
 
 __all__ = [
+    "FAILED_WRITES_ROLLED_BACK",
     "ExecutorSpec",
     "JobContext",
     "PlanContext",
@@ -61,6 +63,9 @@ __all__ = [
     "register_executor",
     "register_planner",
 ]
+
+#: ``counts`` key: failed data writes a clean job rolled back first (``service.failed_writes``).
+FAILED_WRITES_ROLLED_BACK = "failed_writes_rolled_back"
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +85,8 @@ class JobContext:
     """Set when the daemon stops: stop at the next safe point, leave the instant recoverable."""
     engine: SparkEngine
     """The daemon's Spark engine (its session starts with the first Spark job)."""
+    counts: dict[str, int] = field(default_factory=dict)
+    """What the job did besides its instant, for the metrics (``FAILED_WRITES_ROLLED_BACK``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +101,8 @@ class PlanContext:
     policy: Policy
     settings: DaemonConfig
     time_settings: TimeSettings
+    counts: dict[str, int] = field(default_factory=dict)
+    """What the planning did besides its plan, for the metrics (``FAILED_WRITES_ROLLED_BACK``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,8 +193,17 @@ def build_registry() -> Registry:
 # ---------------------------------------------------------------------------- clean
 
 
+def _failed_writes_options(ctx: JobContext | PlanContext) -> dict[str, str]:
+    hb = ctx.settings.heartbeat
+    return ctx.policy.services.clean.failed_writes_options(hb.interval_ms, hb.tolerable_misses)
+
+
 def _run_clean(ctx: JobContext) -> str:
     hb = ctx.settings.heartbeat
+    # as Hudi's clean: failed data writes first (tables whose writers use LAZY only)
+    rolled = rollback_failed_writes(ctx.storage, ctx.lock, _failed_writes_options(ctx),
+                                    time_settings=ctx.time_settings)
+    ctx.counts[FAILED_WRITES_ROLLED_BACK] = len(rolled)
     result = execute_clean(
         ctx.storage, ctx.table, ctx.lock, ctx.instant.requested_time,
         time_settings=ctx.time_settings, heartbeat_interval_ms=hb.interval_ms,
@@ -199,6 +217,9 @@ def _clean_due(timeline: Timeline, policy: Policy) -> str | None:
 
 
 def _plan_clean(ctx: PlanContext) -> PlanOutcome:
+    rolled = rollback_failed_writes(ctx.storage, ctx.lock, _failed_writes_options(ctx),
+                                    time_settings=ctx.time_settings)
+    ctx.counts[FAILED_WRITES_ROLLED_BACK] = len(rolled)
     instant, result = schedule_clean(
         ctx.storage, ctx.lock, ctx.policy.services.clean.settings(), time_settings=ctx.time_settings
     )

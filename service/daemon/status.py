@@ -123,6 +123,7 @@ def status_document(daemon: DaemonView) -> dict[str, Any]:
             "due": dict(ts.poll.due) if ts.poll else {},
             "planning": dict(ts.plan_notes),
             "last_outcomes": list(ts.outcomes),
+            "failed_writes_rolled_back": ts.failed_writes_rolled_back,
             "delta_commits_since_compaction": ts.poll.delta_commits_since_compaction if ts.poll else None,
         })
     return {

@@ -69,6 +69,8 @@ class TableState:
     plan_notes: dict[TableService, str] = field(default_factory=dict)
     outcomes: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=KEEP_OUTCOMES))
     last_success: dict[str, float] = field(default_factory=dict)
+    failed_writes_rolled_back: int = 0
+    """Failed data writes its clean jobs rolled back since the daemon started."""
 
 
 @dataclass(slots=True)
