@@ -75,6 +75,7 @@ __all__ = [
     "SparkEngine",
     "SparkRunner",
     "SparkService",
+    "check_spark_instant",
     "run_compaction",
     "run_spark_service",
 ]
@@ -150,6 +151,30 @@ SPARK_SERVICES: dict[TableService, SparkService] = {
 }
 
 
+def check_spark_instant(
+    storage: Storage, instant_time: str, service: TableService | None = None
+) -> tuple[TableConfig, Timeline, Instant, TableService]:
+    """Step 1 of ``run_spark_service``, reads only: the instant, its service, and (when pending) its
+    inputs checked by the service's own check. Called before a Spark session is even started
+    (``SparkRunner``, the daemon), so a corrupt plan or an unsupported table is refused in a
+    second, not after Spark's start-up; ``run_spark_service`` calls it again on a fresh timeline."""
+    config = load_table_config(storage)
+    timeline = Timeline.load(storage, config)
+    inst = timeline.get(instant_time)
+    found = service_of(timeline, inst) if inst is not None else None
+    if inst is None or found not in SPARK_SERVICES or (service is not None and found != service):
+        what = (service or "Spark table service").replace("_", " ")
+        raise InstantStateError(
+            f"{storage.base_uri}: no {what} instant {instant_time} on the active timeline"
+        )
+    assert found is not None
+    if inst.is_pending:
+        # before the rollback of a failed attempt, the first step that deletes anything: a bad
+        # input must leave the table exactly as it was (the daemon quarantines it)
+        SPARK_SERVICES[found].check()(storage, config, timeline, inst)
+    return config, timeline, inst, found
+
+
 def run_spark_service(
     storage: Storage,
     lock: TableLock,
@@ -170,21 +195,8 @@ def run_spark_service(
     taken from it. ``force`` rolls back an inflight attempt even when
     its heartbeat looks alive; ``progress(done, total)`` hears of completed operations.
     """
-    config = load_table_config(storage)
-    timeline = Timeline.load(storage, config)
-    inst = timeline.get(instant_time)
-    found = service_of(timeline, inst) if inst is not None else None
-    if inst is None or found not in SPARK_SERVICES or (service is not None and found != service):
-        what = (service or "Spark table service").replace("_", " ")
-        raise InstantStateError(
-            f"{storage.base_uri}: no {what} instant {instant_time} on the active timeline"
-        )
-    assert found is not None
+    config, timeline, inst, found = check_spark_instant(storage, instant_time, service)
     spark_service = SPARK_SERVICES[found]
-    if inst.is_pending:
-        # before the rollback of a failed attempt, the first step that deletes anything: a bad
-        # input must leave the table exactly as it was (the daemon quarantines it)
-        spark_service.check()(storage, config, timeline, inst)
     recover_failed_attempt(
         storage, timeline, inst, found, lock, force=force, heartbeat_interval_ms=heartbeat_interval_ms,
         tolerable_misses=tolerable_misses, time_settings=time_settings,
@@ -396,7 +408,9 @@ class SparkRunner:
 
     def __call__(self, inst: Instant, service: TableService) -> ExecuteOutcome:
         label = f"{service.replace('_', ' ')} {inst.requested_time}"
-        # the session starts before the instant is touched: an engine that is down changes nothing
+        # the plan and the table are checked before Spark starts (a bad input costs no start-up),
+        # and the session starts before the instant is touched: an engine that is down changes nothing
+        check_spark_instant(self.storage, inst.requested_time, service)
         with self._engine.job(self.spark, self.spark_conf) as session, self.progress(label) as progress:
             result = run_spark_service(
                 self.storage, self.lock, inst.requested_time, session, service=service,

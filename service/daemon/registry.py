@@ -49,7 +49,7 @@ from hoodied.planners.compaction import compaction_due, schedule_compaction
 from hoodied.planners.log_compaction import log_compaction_due, schedule_log_compaction
 from hoodied.service.config import DaemonConfig, Policy
 from hoodied.service.failed_writes import rollback_failed_writes
-from hoodied.service.spark_jobs import SPARK_SERVICES, SparkEngine, run_spark_service
+from hoodied.service.spark_jobs import SPARK_SERVICES, SparkEngine, check_spark_instant, run_spark_service
 
 __all__ = [
     "FAILED_WRITES_ROLLED_BACK",
@@ -235,8 +235,10 @@ def _spark_executor(service: TableService) -> Callable[[JobContext], str]:
     def run(ctx: JobContext) -> str:
         hb = ctx.settings.heartbeat
         spark = ctx.settings.spark
-        # the session starts before the instant is touched; a job that loses the engine has the
-        # engine discard its session (``SparkEngine.job``) and ends ``engine_unavailable``
+        # the inputs are checked before Spark starts (a corrupt plan quarantines the table without
+        # a Spark start); the session starts before the instant is touched; a job that loses the
+        # engine has the engine discard its session (``SparkEngine.job``) and ends ``engine_unavailable``
+        check_spark_instant(ctx.storage, ctx.instant.requested_time, service)
         with ctx.engine.job(spark.master, spark.conf) as session:
             result = run_spark_service(
                 ctx.storage, ctx.lock, ctx.instant.requested_time, session,

@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -107,6 +108,23 @@ def test_missing_log_file(tmp_path: Path, spark: Session) -> None:
     moved.rename(log_file)
     assert hudi_rs_rows(root) == before  # ... and nothing else changed
     _completes(root, t, before)
+
+
+def test_a_bad_plan_is_refused_before_spark_starts(tmp_path: Path) -> None:
+    """The inputs are checked before a Spark session is started: with an engine that cannot even
+    be reached, the bad plan is what the command reports (exit 4), not the engine (exit 6)."""
+    root = tmp_path / "t"
+    written_mor_table(root)
+    t, ops = _schedule(root)
+    (root / ops[0]["partitionPath"] / ops[0]["deltaFilePaths"][0]).unlink()
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    engine = f"sc://127.0.0.1:{port}"
+    out = CliRunner().invoke(cli, ["execute", str(root), "--spark", engine, *HEARTBEAT, *SKEW])
+    assert out.exit_code == 4, out.output
+    assert "which is missing" in out.stderr and "unavailable" not in out.stderr
+    assert _state(root, t) is State.REQUESTED
 
 
 @pytest.mark.parametrize("damage", ["truncated", "garbage"])
