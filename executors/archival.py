@@ -32,6 +32,15 @@ action family); a re-run first deletes the files of such instants still on the a
 the planner never sees them again, so nothing is archived twice (``HoodieArchivedTimeline``
 would list a duplicate record twice). Merging small archive files (``hoodie.archive.merge.enable``,
 default off) is not done. Crash points: ``PAUSE_POINTS`` (layout 2), ``PAUSE_POINTS_V6``.
+
+The metadata table's own timeline (``MdtArchival``, layout 2 only) is archived right after the
+data table's, in the same lock hold, exactly as above but on ``.hoodie/metadata`` (its history in
+``.hoodie/metadata/.hoodie/timeline/history``): Hudi's MDT writer archives it in
+``performTableServices``, after the data table's archival of the previous commit. Its planner
+(``planners.archival.mdt_archival_planner``) is given the data instants this run archived, so a
+dry run plans the MDT as the real run would. Its own leftovers are finished the same way; a crash
+between the two steps leaves a consistent data table, and the next run has nothing to do there
+and archives the MDT. Crash points: ``PAUSE_POINTS_MDT`` (``PAUSE_POINTS`` prefixed ``mdt-``).
 """
 
 from __future__ import annotations
@@ -63,7 +72,15 @@ from hoodied.hoodie.timeline.archived_v6 import (
 from hoodied.hoodie.timeline.history import History
 from hoodied.hoodie.timeline.instant import COMPLETED_ACTION, Instant, State
 
-__all__ = ["PAUSE_POINTS", "PAUSE_POINTS_V6", "ArchivalDecision", "ArchivalResult", "execute_archival"]
+__all__ = [
+    "PAUSE_POINTS",
+    "PAUSE_POINTS_MDT",
+    "PAUSE_POINTS_V6",
+    "ArchivalDecision",
+    "ArchivalResult",
+    "MdtArchival",
+    "execute_archival",
+]
 
 log = logging.getLogger(__name__)
 
@@ -90,6 +107,8 @@ PAUSE_POINTS = (
     "archive-compacted-written",
     "archive-clean-manifests-deleted",
 )
+#: The crash points of the metadata table's archival (after the data table's), in order.
+PAUSE_POINTS_MDT = tuple(f"mdt-{p}" for p in PAUSE_POINTS)
 #: The crash points of a version-6 archival, in order.
 PAUSE_POINTS_V6 = (
     "archive-log-written",
@@ -114,6 +133,8 @@ class ArchivalResult(Generic[P]):
     """Requested times whose deletion an interrupted run had left unfinished."""
     compacted: list[str] = field(default_factory=list)
     """History files written by the LSM compaction."""
+    mdt: ArchivalResult[P] | None = None
+    """The metadata table's archival, run after this one (``None``: no MDT archived)."""
 
     def summary(self) -> str:
         head = "dry run: " if self.dry_run else ""
@@ -127,7 +148,22 @@ class ArchivalResult(Generic[P]):
             text += f", deleted {len(self.deleted)} timeline files"
         if self.compacted:
             text += f", compacted into {', '.join(self.compacted)}"
+        if self.mdt is not None:
+            text += "\nmetadata table: " + self.mdt.summary()
         return text
+
+
+@dataclass(frozen=True, slots=True)
+class MdtArchival(Generic[P]):
+    """The metadata table whose timeline is archived after the data table's (layout 2)."""
+
+    storage: Storage
+    """The MDT's storage (``.hoodie/metadata``)."""
+    config: TableConfig
+    planner: Callable[[Timeline, Sequence[Instant]], P]
+    """``planners.archival.mdt_archival_planner``: the MDT timeline and the data instants archived."""
+    compaction_batch_size: int = DEFAULT_COMPACTION_BATCH
+    """``hoodie.timeline.compaction.batch.size`` of the MDT writer (never set by Hudi: 10)."""
 
 
 def _row(storage: Storage, timeline: Timeline, inst: Instant) -> LsmRow:
@@ -138,9 +174,11 @@ def _row(storage: Storage, timeline: Timeline, inst: Instant) -> LsmRow:
 
 
 def _delete_files(
-    storage: Storage, lock: TableLock, timeline: Timeline, instants: Iterable[Instant]
+    storage: Storage, lock: TableLock, timeline: Timeline, instants: Iterable[Instant], prefix: str = ""
 ) -> list[str]:
-    """Hudi's order: all requested/inflight files, then completed files in ascending requested time."""
+    """Hudi's order: all requested/inflight files, then completed files in ascending requested time.
+
+    ``prefix``: of the crash points (``mdt-`` for the metadata table)."""
     ordered = sorted(instants, key=lambda i: i.requested_time)
     deleted: list[str] = []
     for inst in ordered:
@@ -150,11 +188,11 @@ def _delete_files(
                 lock.ensure_held()
                 if storage.delete(path):
                     deleted.append(path)
-    crash_point("archive-pending-deleted")
+    crash_point(prefix + "archive-pending-deleted")
     half = len(ordered) // 2
     for n, inst in enumerate(ordered):
         if n == half:
-            crash_point("archive-completed-half")
+            crash_point(prefix + "archive-completed-half")
         path = timeline.state_files(inst).get(State.COMPLETED)
         if path is not None:
             lock.ensure_held()
@@ -183,41 +221,71 @@ def execute_archival(
     compaction_batch_size: int = DEFAULT_COMPACTION_BATCH,
     archival_batch_size: int = DEFAULT_ARCHIVAL_BATCH,
     dry_run: bool = False,
+    mdt: MdtArchival[P] | None = None,
 ) -> ArchivalResult[P]:
     """Archive what ``planner`` decides on the active timeline read under ``lock`` (taken once).
 
     ``planner`` is ``planners.archival.archival_planner(settings)`` (the service layer joins
     them); ``compaction_batch_size`` is ``hoodie.timeline.compaction.batch.size`` (LSM history),
     ``archival_batch_size`` ``hoodie.commits.archival.batch.size`` (version-6 archive blocks).
-    Raises ``ArchivalUnsupportedError`` for a layout-2 table below version 8, before anything is read.
+    ``mdt``: the metadata table archived next, in the same lock hold (layout 2 only; the result's
+    ``mdt``). Raises ``ArchivalUnsupportedError`` for a layout-2 table below version 8, before
+    anything is read.
     """
     if config.timeline_layout < 2:
+        if mdt is not None:
+            raise ValueError("archiving the metadata table of a table version 6 is not supported")
         return _execute_v6(storage, config, lock, planner, archival_batch_size, dry_run)
     require_lsm_history(config, storage.base_uri)
+    if mdt is not None:
+        require_lsm_history(mdt.config, mdt.storage.base_uri)
     with lock:
-        timeline = Timeline.load(storage, config)
-        history = History.load(storage, config)
-        leftovers = [i for i in timeline.completed() if history.get(i.requested_time) is not None]
-        result = ArchivalResult(planner(timeline), dry_run)
-        if dry_run:
-            result.recovered = [i.requested_time for i in leftovers]
-            return result
-        timeline = _delete_leftovers(storage, config, lock, planner, timeline, leftovers, result)
-        plan = result.plan
-        writer = HistoryWriter(storage, config.history_path, lock.ensure_held)
-        if not plan.instants:
-            if result.recovered:  # the interrupted run stopped before its LSM compaction
-                result.compacted = writer.compact_and_clean(compaction_batch_size)
-            log.info("%s: %s", storage.base_uri, result.summary())
-            return result
-        rows = [_row(storage, timeline, i) for i in plan.instants]
-        result.layer = writer.write_layer(rows)
-        crash_point("archive-history-committed")
-        for inst in plan.instants:
-            _delete_markers(storage, lock, inst.requested_time)
-        result.deleted += _delete_files(storage, lock, timeline, plan.instants)
-        crash_point("archive-active-deleted")
-        result.compacted = writer.compact_and_clean(compaction_batch_size)
+        result = _archive_lsm(storage, config, lock, planner, compaction_batch_size, dry_run, "")
+        if mdt is not None:
+            archived = list(result.plan.instants)
+
+            def mdt_planner(timeline: Timeline) -> P:
+                return mdt.planner(timeline, archived)
+
+            result.mdt = _archive_lsm(
+                mdt.storage, mdt.config, lock, mdt_planner, mdt.compaction_batch_size, dry_run, "mdt-"
+            )
+    return result
+
+
+def _archive_lsm(
+    storage: Storage,
+    config: TableConfig,
+    lock: TableLock,
+    planner: Callable[[Timeline], P],
+    compaction_batch_size: int,
+    dry_run: bool,
+    prefix: str,
+) -> ArchivalResult[P]:
+    """One table's archival into its LSM history (module docstring); ``lock`` is held."""
+    timeline = Timeline.load(storage, config)
+    history = History.load(storage, config)
+    leftovers = [i for i in timeline.completed() if history.get(i.requested_time) is not None]
+    result = ArchivalResult(planner(timeline), dry_run)
+    if dry_run:
+        result.recovered = [i.requested_time for i in leftovers]
+        return result
+    timeline = _delete_leftovers(storage, config, lock, planner, timeline, leftovers, result, prefix)
+    plan = result.plan
+    writer = HistoryWriter(storage, config.history_path, lock.ensure_held, crash_prefix=prefix)
+    if not plan.instants:
+        if result.recovered:  # the interrupted run stopped before its LSM compaction
+            result.compacted = writer.compact_and_clean(compaction_batch_size)
+        log.info("%s: %s", storage.base_uri, result.summary())
+        return result
+    rows = [_row(storage, timeline, i) for i in plan.instants]
+    result.layer = writer.write_layer(rows)
+    crash_point(prefix + "archive-history-committed")
+    for inst in plan.instants:
+        _delete_markers(storage, lock, inst.requested_time)
+    result.deleted += _delete_files(storage, lock, timeline, plan.instants, prefix)
+    crash_point(prefix + "archive-active-deleted")
+    result.compacted = writer.compact_and_clean(compaction_batch_size)
     log.info("%s: %s", storage.base_uri, result.summary())
     return result
 
@@ -230,6 +298,7 @@ def _delete_leftovers(
     timeline: Timeline,
     leftovers: list[Instant],
     result: ArchivalResult[P],
+    prefix: str = "",
 ) -> Timeline:
     """Finish an interrupted archival: the files of instants already archived but still active go
     first, then the plan is made again on what is left (the timeline returned)."""
@@ -239,7 +308,7 @@ def _delete_leftovers(
         "%d archived instants still on the active timeline (an interrupted archival): deleting their files",
         len(leftovers),
     )
-    result.deleted += _delete_files(storage, lock, timeline, leftovers)
+    result.deleted += _delete_files(storage, lock, timeline, leftovers, prefix)
     result.recovered = [i.requested_time for i in leftovers]
     timeline = Timeline.load(storage, config)
     result.plan = planner(timeline)

@@ -58,18 +58,48 @@ differs from the above in these points:
   compaction; then every instant to archive (cleans and rollbacks too) must have been requested
   before the MDT's latest compaction (``getLatestCompactionTime``), a comparison of requested
   times, not of completion times.
+
+The metadata table's own timeline (table versions 8 and 9, ``.hoodie/metadata/.hoodie/timeline``)
+is archived by the MDT's write client with the same ``TimelineArchiverV2`` and the MDT writer
+config of ``HoodieMetadataWriteUtils.createMetadataWriteConfig`` (``mdt_archival_settings``):
+
+- ``hoodie.keep.min.commits`` / ``hoodie.keep.max.commits`` are the data table's plus one
+  (1.x; the 0.x ``hoodie.metadata.keep.*`` keys are gone), auto archive off;
+- the cleaner bound uses the MDT cleaner config, derived from the data table's (HUDI-7402):
+  the same ``hoodie.clean.policy``; KEEP_LATEST_COMMITS retains
+  max(20 = ``DEFAULT_METADATA_CLEANER_COMMITS_RETAINED``, int(data retained x 1.2)) commits,
+  KEEP_LATEST_BY_HOURS ceil(data hours x 1.2) hours;
+- the compaction trigger is NUM_COMMITS with ``hoodie.metadata.compact.max.delta.commits`` (10);
+- ``hoodie.archive.beyond.savepoint`` is never set on the MDT config (false); the MDT has no
+  metadata table of its own, so the MDT-compaction boundary does not apply;
+- ``HoodieTableMetadata.isMetadataTable``: one more boundary (``DATA_TABLE_TIMELINE``,
+  ``TimelineUtils.getEarliestInstantForMetadataArchival``): the earlier of the data table's
+  first instant on its commits timeline (commit, deltacommit, replacecommit, clustering, any
+  state; a completed compaction is a commit) and its first pending instant of any action. MDT
+  instants from there on stay (``processRollbackMetadata`` needs them); completed cleans,
+  rollbacks and indexing instants of the data table play no part.
+
+Hudi runs that archival in ``HoodieBackedTableMetadataWriter.performTableServices`` (after the
+MDT clean and compaction), which a data-table writer calls when it sets up its MDT writer for
+its next instant, i.e. after the data table's own archival of the previous commit
+(``autoArchiveOnCommit`` in its post-commit). hoodied keeps that order: data table first, then
+its MDT, in one hold of the table lock, the MDT planned against the data timeline the first
+step left. Table version 6's MDT archive (``.hoodie/metadata/.hoodie/archived``) is not written.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import math
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from datetime import timedelta
 from enum import StrEnum
 from typing import Any
 
+from hoodied.hoodie.metadata.compaction import max_delta_commits
 from hoodied.hoodie.metadata.reader import METADATA_FOLDER
 from hoodied.hoodie.metadata.rollback import latest_mdt_compaction
+from hoodied.hoodie.metadata.upkeep import MDT_COMMITS_RETAINED
 from hoodied.hoodie.properties import TableConfig, load_table_config
 from hoodied.hoodie.storage import Storage
 from hoodied.hoodie.timeline.active import Timeline
@@ -94,8 +124,13 @@ __all__ = [
     "MdtState",
     "StopReason",
     "archival_planner",
+    "data_table_boundary",
+    "mdt_archival_planner",
+    "mdt_archival_settings",
+    "mdt_archival_target",
     "mdt_state",
     "plan_archival",
+    "plan_mdt_archival",
 ]
 
 
@@ -120,6 +155,8 @@ class StopReason(StrEnum):
     """The first savepoint (``hoodie.archive.beyond.savepoint`` off)."""
     PENDING_REPLACE = "pending-replacecommit"
     """Table version 6: an inflight replacecommit; the last completed commit before it stays."""
+    DATA_TABLE_TIMELINE = "data-table-active-timeline"
+    """A metadata table: instants from the data table's first active commit or pending instant on."""
 
 
 _OPTION_KEYS = {
@@ -465,11 +502,17 @@ def _mdt_boundary(commits: list[Instant], mdt: MdtState) -> Boundary | None:
 
 
 def plan_archival(
-    timeline: Timeline, config: TableConfig, settings: ArchivalSettings, mdt: MdtState | None = None
+    timeline: Timeline,
+    config: TableConfig,
+    settings: ArchivalSettings,
+    mdt: MdtState | None = None,
+    *,
+    extra: Sequence[Boundary] = (),
 ) -> ArchivalPlan:
     """The instants to archive from the active ``timeline`` (loaded without history).
 
     ``mdt``: the metadata table's state when the table has one (``None``: no metadata table).
+    ``extra``: further boundaries (a metadata table's ``data_table_boundary``; layout 2 only).
     """
     if config.timeline_layout < 2:
         return _plan_v6(timeline, config, settings, mdt)
@@ -494,6 +537,7 @@ def plan_archival(
             _compaction_boundary(timeline, config, settings),
             _clustering_boundary(timeline, settings),
             _mdt_boundary(commits, mdt) if mdt is not None and settings.metadata_enabled else None,
+            *extra,
         )
         if b is not None
     ]
@@ -638,3 +682,77 @@ def archival_planner(settings: ArchivalSettings) -> Callable[[Timeline], Archiva
         )
 
     return planner
+
+
+# ---------------------------------------------------------------------------- the metadata table
+
+
+def mdt_archival_settings(data: ArchivalSettings, data_config: TableConfig) -> ArchivalSettings:
+    """The MDT archiver's settings (``createMetadataWriteConfig``, module docstring)."""
+    return ArchivalSettings(
+        min_commits=data.min_commits + 1,
+        max_commits=data.max_commits + 1,
+        beyond_savepoint=False,
+        clean_policy=data.clean_policy,
+        clean_commits_retained=max(MDT_COMMITS_RETAINED, int(data.clean_commits_retained * 1.2)),
+        clean_hours_retained=math.ceil(data.clean_hours_retained * 1.2),
+        compaction_trigger=TriggerStrategy.NUM_COMMITS,
+        compaction_max_delta_commits=max_delta_commits(data_config),
+        metadata_enabled=False,
+    )
+
+
+def data_table_boundary(data: Sequence[Instant]) -> Boundary | None:
+    """``TimelineUtils.getEarliestInstantForMetadataArchival`` (archive beyond savepoint off) on the
+    data table's active instants ``data``."""
+    first = next(
+        (i for i in data if i.is_pending or (i.is_completed and i.action in WRITE_ACTIONS)),
+        None,
+    )
+    if first is None:
+        return None
+    what = "pending" if first.is_pending else "the first active commit"
+    return Boundary(
+        StopReason.DATA_TABLE_TIMELINE,
+        first.requested_time,
+        f"data-table {first.action.value} {first.requested_time} ({what}) and later stay",
+    )
+
+
+def plan_mdt_archival(
+    mdt_timeline: Timeline, mdt_config: TableConfig, settings: ArchivalSettings, data: Sequence[Instant]
+) -> ArchivalPlan:
+    """The MDT instants to archive; ``settings`` from ``mdt_archival_settings``, ``data`` the data
+    table's active instants once its own archival is done."""
+    boundary = data_table_boundary(data)
+    return plan_archival(mdt_timeline, mdt_config, settings, None, extra=(boundary,) if boundary else ())
+
+
+def mdt_archival_planner(
+    settings: ArchivalSettings, data_storage: Storage, data_config: TableConfig
+) -> Callable[[Timeline, Sequence[Instant]], ArchivalPlan]:
+    """The MDT planner ``executors.archival`` calls under the lock after the data table's archival,
+    with the data instants that archival took (still on the data timeline in a dry run): it reads
+    the data table's active timeline at that moment, without them."""
+    mdt_settings = mdt_archival_settings(settings, data_config)
+
+    def planner(mdt_timeline: Timeline, data_archived: Sequence[Instant]) -> ArchivalPlan:
+        gone = {i.requested_time for i in data_archived}
+        data = [i for i in Timeline.load(data_storage, data_config).instants if i.requested_time not in gone]
+        return plan_mdt_archival(mdt_timeline, mdt_timeline.config, mdt_settings, data)
+
+    return planner
+
+
+def mdt_archival_target(
+    storage: Storage, config: TableConfig, settings: ArchivalSettings
+) -> tuple[Storage, TableConfig] | None:
+    """The metadata table whose timeline Hudi would archive after the data table's, or ``None``:
+    no MDT in use, ``hoodie.metadata.enable=false`` (no MDT writer runs), or table version 6
+    (its MDT archive is not written by hoodied)."""
+    if not settings.metadata_enabled or config.timeline_layout < 2 or not config.metadata_table_available:
+        return None
+    if not storage.exists(f"{METADATA_FOLDER}/.hoodie/hoodie.properties"):
+        return None
+    mdt_storage = storage.child(METADATA_FOLDER)
+    return mdt_storage, load_table_config(mdt_storage, metadata_table=True)

@@ -36,7 +36,8 @@ archiver writes without meta fields).
 Crash safety: a layer or compacted file is invisible until a manifest listing it is the one
 ``_version_`` names; readers (``History.load``) read only what that manifest lists, so a crash
 at any step leaves the previous snapshot readable. Crash points: ``archive-layer-written``,
-``archive-manifest-written``, ``archive-compacted-written``, ``archive-clean-manifests-deleted``.
+``archive-manifest-written``, ``archive-compacted-written``, ``archive-clean-manifests-deleted``
+(prefixed ``mdt-`` when writing a metadata table's history).
 """
 
 from __future__ import annotations
@@ -184,10 +185,18 @@ class HistoryWriter:
     ``ensure_held``), so a writer that lost its lock stops before touching anything more.
     """
 
-    def __init__(self, storage: Storage, path: str, ensure_held: Callable[[], None]) -> None:
+    def __init__(
+        self, storage: Storage, path: str, ensure_held: Callable[[], None], *, crash_prefix: str = ""
+    ) -> None:
         self.storage = storage
         self.path = path
         self.ensure_held = ensure_held
+        # the metadata table's history is written in the same run as the data table's: its
+        # crash points carry a prefix ("mdt-") so a test can stop in either
+        self.crash_prefix = crash_prefix
+
+    def _crash_point(self, name: str) -> None:
+        crash_point(self.crash_prefix + name)
 
     def _file(self, name: str) -> str:
         return f"{self.path}/{name}"
@@ -222,7 +231,7 @@ class HistoryWriter:
             self._delete(manifest)
         self.ensure_held()
         self.storage.put_if_absent(self._file(manifest), jackson_manifest(files).encode("utf-8"))
-        crash_point("archive-manifest-written")
+        self._crash_point("archive-manifest-written")
         self.ensure_held()
         self.storage.put(self._file(VERSION_FILE), str(new_version).encode("ascii"))
         log.info("%s: snapshot %d (%d files)", self.path, new_version, len(files))
@@ -251,7 +260,7 @@ class HistoryWriter:
             return None
         table = pa.Table.from_pylist([r.as_dict() for r in rows], schema=LSM_SCHEMA)
         self._write_file(name, table)
-        crash_point("archive-layer-written")
+        self._crash_point("archive-layer-written")
         self.update_manifest((), name)
         return name
 
@@ -303,7 +312,7 @@ class HistoryWriter:
         ).format()
         tables = [self._read_layer(n) for n in candidates]
         self._write_file(target, pa.concat_tables(tables))
-        crash_point("archive-compacted-written")
+        self._crash_point("archive-compacted-written")
         self.update_manifest(candidates, target)
         log.info("%s: compacted %d level-%d files into %s", self.path, len(candidates), level, target)
         return target
@@ -340,7 +349,7 @@ class HistoryWriter:
         for version in versions[:-keep]:
             if self._delete(manifest_name(version)):
                 deleted.append(manifest_name(version))
-        crash_point("archive-clean-manifests-deleted")
+        self._crash_point("archive-clean-manifests-deleted")
         for info in self.storage.list(self.path):
             if info.is_dir or HistoryFileName.parse(info.name) is None or info.name in listed:
                 continue

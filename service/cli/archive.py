@@ -8,19 +8,28 @@ log file as Hudi 0.14 / 0.15 writes it (``executors.archival``), under the table
 ``hoodie.archive.beyond.savepoint`` (false), ``hoodie.timeline.compaction.batch.size`` (10), and the
 cleaner and compaction-trigger keys that bound it; ``hoodie.commits.archival.batch.size`` (10)
 sets the records per block of a version-6 archive file, and ``hoodie.archive.merge.enable=true``
-is refused (merging small archive files is not supported). ``--dry-run`` prints what would be
-archived and where archival stops and why, writing nothing.
+is refused (merging small archive files is not supported). On a table of version 8 or 9 with a
+metadata table (and ``hoodie.metadata.enable`` not false), the metadata table's own timeline is
+archived right after, under the same lock, with the MDT writer's settings Hudi derives from these
+(``planners.archival.mdt_archival_settings``). ``--dry-run`` prints what would be archived and
+where archival stops and why, for both, writing nothing.
 """
 
 from __future__ import annotations
 
 import click
 
-from hoodied.executors.archival import execute_archival
+from hoodied.executors.archival import ArchivalResult, MdtArchival, execute_archival
 from hoodied.hoodie.locks import LockSettings
 from hoodied.hoodie.properties import load_table_config
 from hoodied.hoodie.storage import storage_for
-from hoodied.planners.archival import ArchivalSettings, archival_planner
+from hoodied.planners.archival import (
+    ArchivalPlan,
+    ArchivalSettings,
+    archival_planner,
+    mdt_archival_planner,
+    mdt_archival_target,
+)
 from hoodied.service.cli.options import lock_options, parse_key_values
 from hoodied.service.locks import lock_from_option
 
@@ -55,14 +64,21 @@ def archive(
 
     Keeps what Apache Hudi's archiver keeps (hoodie.keep.min/max.commits, pending instants,
     savepoints, the cleaner's retention, the compaction trigger, the metadata table's latest
-    compaction); prints the instants archived and the boundary it stopped at. Archival writes no
-    new instant, so --clock-skew-ms has no effect here."""
+    compaction); then, as Hudi's metadata-table writer does, the metadata table's own timeline.
+    Prints the instants archived and the boundary it stopped at. Archival writes no new instant,
+    so --clock-skew-ms has no effect here."""
     try:
         settings = ArchivalSettings.from_options(parse_key_values(options, "--option"))
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--option") from None
     storage = storage_for(table)
     config = load_table_config(storage)
+    target = mdt_archival_target(storage, config, settings)
+    mdt = (
+        MdtArchival(target[0], target[1], mdt_archival_planner(settings, storage, config))
+        if target is not None
+        else None
+    )
     lock, factory = lock_from_option(
         lock_option, storage, LockSettings(wait_ms=lock_wait_ms, retries=lock_retries)
     )
@@ -75,13 +91,21 @@ def archive(
             compaction_batch_size=settings.compaction_batch_size,
             archival_batch_size=settings.archival_batch_size,
             dry_run=dry_run,
+            mdt=mdt,
         )
     finally:
         if factory is not None:
             factory.close()
     click.echo(result.summary())
     if dry_run:
-        for inst in result.plan.instants:
-            click.echo(f"  {inst.requested_time} {inst.action.value}")
-        for boundary in result.plan.boundaries:
-            click.echo(f"  boundary {boundary}")
+        _details(result)
+        if result.mdt is not None:
+            click.echo("metadata table:")
+            _details(result.mdt)
+
+
+def _details(result: ArchivalResult[ArchivalPlan]) -> None:
+    for inst in result.plan.instants:
+        click.echo(f"  {inst.requested_time} {inst.action.value}")
+    for boundary in result.plan.boundaries:
+        click.echo(f"  boundary {boundary}")
