@@ -439,6 +439,8 @@ def lock_from_option(
     ``.hoodie/.locks/table_lock.json`` of ``StorageBasedLockProvider``); ``redis://HOST:PORT/DB``
     (or ``rediss://``) the Redis lock; ``zookeeper://HOST:PORT/BASE_PATH?lock_key=KEY`` Hudi's
     ``ZookeeperBasedLockProvider`` lock (``service.zookeeper_lock``; ``lock_key`` defaults to the
+    table name); ``dynamodb://TABLE?region=...&partition_key=...&endpoint_url=...`` Hudi's
+    ``DynamoDBBasedLockProvider`` lock (``service.dynamodb_lock``; ``partition_key`` defaults to the
     table name). A lock that cannot work on the table is refused with ``LockConfigError`` before
     anything is locked.
     """
@@ -464,11 +466,18 @@ def lock_from_option(
     if option.startswith("zookeeper://"):
         # Hudi's ZookeeperBasedLockProvider (Curator InterProcessMutex); a bad URL is a ValueError
         return zookeeper_lock_from_url(option, storage, settings), None
+    if option.startswith("dynamodb://"):
+        # Hudi's DynamoDBBasedLockProvider (AWS DynamoDB lock client items); a bad URL is a ValueError
+        # boto3 takes 0.2 s to import: only the processes that use this lock pay it
+        from hoodied.service.dynamodb_lock import dynamodb_lock_from_url
+
+        return dynamodb_lock_from_url(option, storage, settings), None
     if option.startswith(("redis://", "rediss://", "unix://")):
         factory = RedisLockFactory(option, settings)
         return factory.lock(storage.base_uri), factory
     raise ValueError(
         f"--lock {option!r}: expected 'local' or a redis://HOST:PORT/DB URL, "
-        "a zookeeper://HOST:PORT/BASE_PATH?lock_key=KEY URL, or 'storage', "
+        "a zookeeper://HOST:PORT/BASE_PATH?lock_key=KEY URL, "
+        "a dynamodb://TABLE?region=REGION&partition_key=KEY&endpoint_url=URL URL, or 'storage', "
         "'filesystem[?expire_minutes=N&path=DIR]' or 'auto'"
     )

@@ -37,7 +37,9 @@ def lock_options(fn: Callable[..., Any]) -> Callable[..., Any]:
             "Hudi's FileSystemBasedLockProvider lock files .hoodie/lock and .hoodie/.aux/lock; "
             "'filesystem?expire_minutes=N&path=DIR' as its expire and path keys), "
             "zookeeper://HOST:PORT/BASE_PATH?lock_key=KEY (Apache Hudi's ZookeeperBasedLockProvider; "
-            "lock_key defaults to the table name) or redis://HOST:PORT/DB.",
+            "lock_key defaults to the table name), "
+            "dynamodb://TABLE?region=REGION&partition_key=KEY&endpoint_url=URL (Apache Hudi's "
+            "DynamoDBBasedLockProvider; partition_key defaults to the table name) or redis://HOST:PORT/DB.",
         ),
         click.option(
             "--lock-wait-ms",
