@@ -18,10 +18,13 @@ fencing counter live in one slot).
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
+import os
 import threading
 import time
+import uuid
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from types import TracebackType
@@ -37,6 +40,7 @@ __all__ = [
     "LockSettings",
     "TableLock",
     "TableLockBase",
+    "bump_fence_file",
     "lock_key",
 ]
 
@@ -262,3 +266,29 @@ class InProcessLock(TableLockBase):
 
     def _describe(self) -> str:
         return f"in-process lock {self._key}"
+
+
+def bump_fence_file(path: str) -> int:
+    """The next fencing token of a counter kept in a local file (``path``; its folder is created):
+    read, add one, write back atomically (temp file, then rename). The caller holds the lock the
+    counter fences. A garbled counter restarts above any time-based value in ms, so a token is never
+    handed out again."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    try:
+        with open(path, encoding="ascii") as f:
+            current = int(f.read().strip() or 0)
+    except FileNotFoundError:
+        current = 0
+    except ValueError:
+        current = int(time.time() * 1000)
+    token = current + 1
+    tmp = f"{path}.{uuid.uuid4().hex}.tmp"
+    try:
+        with open(tmp, "w", encoding="ascii") as f:
+            f.write(f"{token}\n")
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    return token

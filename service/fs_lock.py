@@ -88,7 +88,7 @@ from datetime import datetime
 from urllib.parse import parse_qsl
 
 from hoodied.hoodie.errors import LockConfigError, StorageError
-from hoodied.hoodie.locks import LockBackendError, LockSettings, TableLockBase, lock_key
+from hoodied.hoodie.locks import LockBackendError, LockSettings, TableLockBase, bump_fence_file, lock_key
 from hoodied.hoodie.storage import Storage
 
 log = logging.getLogger(__name__)
@@ -272,20 +272,7 @@ class FileSystemLock(TableLockBase):
         return token
 
     def _bump_fence(self) -> int:
-        os.makedirs(os.path.dirname(self.fence_path), exist_ok=True)
-        try:
-            with open(self.fence_path, encoding="ascii") as f:
-                current = int(f.read().strip() or 0)
-        except FileNotFoundError:
-            current = 0
-        except ValueError:
-            current = int(time.time() * 1000)
-        token = current + 1
-        tmp = f"{self.fence_path}.{uuid.uuid4().hex}.tmp"
-        with open(tmp, "w", encoding="ascii") as f:
-            f.write(f"{token}\n")
-        os.replace(tmp, self.fence_path)
-        return token
+        return bump_fence_file(self.fence_path)
 
     def _holder(self) -> str | None:
         for path in self.paths:

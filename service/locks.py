@@ -60,7 +60,7 @@ from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 
 from hoodied.hoodie.errors import LockConfigError, StorageError
-from hoodied.hoodie.locks import LockBackendError, LockSettings, TableLockBase, lock_key
+from hoodied.hoodie.locks import LockBackendError, LockSettings, TableLockBase, bump_fence_file, lock_key
 from hoodied.hoodie.object_storage import ObjectStorage
 from hoodied.hoodie.storage import Storage
 from hoodied.service.fs_lock import filesystem_lock_from_option
@@ -389,20 +389,7 @@ class LocalFileLock(TableLockBase):
             time.sleep(min(self.settings.poll_ms / 1000, left))
 
     def _bump_fence(self) -> int:
-        try:
-            with open(self.fence_path, encoding="ascii") as f:
-                current = int(f.read().strip() or 0)
-        except FileNotFoundError:
-            current = 0
-        except ValueError:
-            # a garbled counter must not hand out an old token again: restart above any time-based value
-            current = int(time.time() * 1000)
-        token = current + 1
-        tmp = f"{self.fence_path}.{uuid.uuid4().hex}.tmp"
-        with open(tmp, "w", encoding="ascii") as f:
-            f.write(f"{token}\n")
-        os.replace(tmp, self.fence_path)
-        return token
+        return bump_fence_file(self.fence_path)
 
     def _holder(self) -> str | None:
         try:
