@@ -38,6 +38,7 @@ from hoodied.service.dynamodb_lock import (
     DynamoDBLockConfig,
 )
 from hoodied.service.locks import lock_from_option
+from tests.helpers.lock_race import race
 from tests.helpers.object_servers import MotoServer, moto_server, s3_env  # noqa: F401  (fixtures)
 
 PROJECT = Path(__file__).resolve().parents[2]
@@ -452,31 +453,8 @@ def test_two_processes_never_hold_the_lock_together(
     lock_table: str,
     tmp_path: Path,
 ) -> None:
-    log, start, n = tmp_path / "holdings.log", tmp_path / "start", 50
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-c", _WORKER, s3_env.endpoint, lock_table, str(log), str(start), str(n)],
-            cwd=tmp_path,
-            env=dict(os.environ),
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for _ in range(2)
-    ]
-    time.sleep(1.0)  # both imported and waiting
-    start.touch()
-    for p in procs:
-        _, err = p.communicate(timeout=240)
-        assert p.returncode == 0, err
-    lines = [line.split() for line in log.read_text().splitlines()]
-    assert len(lines) == 2 * 2 * n
-    tokens = []
-    for enter, leave in zip(lines[0::2], lines[1::2], strict=True):
-        # every enter is followed by the same holder's exit: no holding overlapped another
-        assert enter[0] == "enter" and leave[0] == "exit" and enter[1:] == leave[1:], (enter, leave)
-        tokens.append(int(enter[2]))
+    tokens = race(_WORKER, [s3_env.endpoint, lock_table], tmp_path, 50, timeout=240)
     assert all(a < b for a, b in zip(tokens, tokens[1:], strict=False)), tokens
-    assert {line[1] for line in lines} == {str(p.pid) for p in procs}
 
 
 _HOLDER = """

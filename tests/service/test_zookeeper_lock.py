@@ -38,6 +38,7 @@ from hoodied.service.zookeeper_lock import (
     validate_znode_path,
 )
 from tests.helpers import zookeeper_server as zk_helpers
+from tests.helpers.lock_race import race
 from tests.helpers.redis_server import free_port
 from tests.helpers.zookeeper_server import CuratorHolder, ZooKeeperServer
 
@@ -395,32 +396,10 @@ for _ in range(int(n)):
 def test_two_processes_never_hold_the_lock_together(
     zookeeper_server: ZooKeeperServer, base_path: str, tmp_path: Path
 ) -> None:
-    log, start, n = tmp_path / "holdings.log", tmp_path / "start", 20
     (tmp_path / "table").mkdir()
     url = f"zookeeper://{zookeeper_server.hosts}{base_path}?lock_key=race"
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-c", _WORKER, url, str(tmp_path / "table"), str(log), str(start), str(n)],
-            cwd=tmp_path,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for _ in range(2)
-    ]
-    time.sleep(1.0)  # both imported and waiting
-    start.touch()
-    for p in procs:
-        _, err = p.communicate(timeout=120)
-        assert p.returncode == 0, err
-    lines = [line.split() for line in log.read_text().splitlines()]
-    assert len(lines) == 2 * 2 * n
-    tokens = []
-    for enter, leave in zip(lines[0::2], lines[1::2], strict=True):
-        # every enter is followed by the same holder's exit: no holding overlapped another
-        assert enter[0] == "enter" and leave[0] == "exit" and enter[1:] == leave[1:], (enter, leave)
-        tokens.append(int(enter[2]))
+    tokens = race(_WORKER, [url, str(tmp_path / "table")], tmp_path, 20, timeout=120)
     assert tokens == sorted(set(tokens))
-    assert {line[1] for line in lines} == {str(p.pid) for p in procs}
 
 
 # ---------------------------------------------------------------- losing the lock
