@@ -27,27 +27,11 @@ from py4j.protocol import Py4JNetworkError  # type: ignore[import-untyped]
 
 from hoodied.executors.engine import CONNECT_DEFAULT_PORT, connect_address, engine_error, is_engine_lost
 from hoodied.hoodie.errors import EngineUnavailableError
-from hoodied.hoodie.locks import InProcessLock
-from hoodied.hoodie.storage import LocalStorage
-from hoodied.hoodie.timeline.truetime import TimeSettings
-from hoodied.planners.compaction import CompactionSettings, CompactionStrategy, schedule_compaction
-from tests.helpers.mor_tables import written_mor_table
+from tests.helpers.mor_tables import pending_compaction_table
 from tests.helpers.redis_server import free_port
 
 PROJECT = Path(__file__).resolve().parents[2]
 EXIT_OUTAGE = 6
-
-
-def _pending_compaction(root: Path) -> str:
-    written_mor_table(root)
-    storage = LocalStorage(str(root))
-    inst, result = schedule_compaction(
-        storage, InProcessLock(storage.base_uri),
-        CompactionSettings(max_delta_commits=1, strategy=CompactionStrategy.UNBOUNDED),
-        time_settings=TimeSettings(max_expected_clock_skew_ms=5),
-    )
-    assert inst is not None, result.reason
-    return inst.requested_time
 
 
 def _files(root: Path) -> dict[str, str]:
@@ -67,7 +51,7 @@ def _execute(root: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], 
 
 def test_execute_on_a_closed_port_prints_one_line_and_exits_6(tmp_path: Path) -> None:
     root = tmp_path / "t"
-    _pending_compaction(root)
+    pending_compaction_table(root)
     before = _files(root)
     port = free_port()
     proc, seconds = _execute(root, "--spark", f"sc://127.0.0.1:{port}", "--spark-start-timeout", "10")
@@ -83,7 +67,7 @@ def test_execute_on_a_closed_port_prints_one_line_and_exits_6(tmp_path: Path) ->
 
 def test_execute_against_a_server_that_never_answers_gives_up_after_the_start_timeout(tmp_path: Path) -> None:
     root = tmp_path / "t"
-    _pending_compaction(root)
+    pending_compaction_table(root)
     before = _files(root)
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))

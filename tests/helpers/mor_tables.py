@@ -80,6 +80,23 @@ def written_mor_table(root: Path, version: int = 9, *, partitioned: bool = True)
     return mor_table_writer(root, version, partitioned=partitioned).instants
 
 
+def pending_compaction_table(root: Path, version: int = 9) -> str:
+    """``written_mor_table`` with a compaction of every file slice requested; its instant time."""
+    from hoodied.hoodie.locks import InProcessLock
+    from hoodied.hoodie.timeline.truetime import TimeSettings
+    from hoodied.planners.compaction import CompactionSettings, CompactionStrategy, schedule_compaction
+
+    written_mor_table(root, version)
+    storage = LocalStorage(str(root))
+    inst, result = schedule_compaction(
+        storage, InProcessLock(storage.base_uri),
+        CompactionSettings(max_delta_commits=1, strategy=CompactionStrategy.UNBOUNDED),
+        time_settings=TimeSettings(max_expected_clock_skew_ms=5),
+    )
+    assert inst is not None, result.reason
+    return inst.requested_time
+
+
 def mor_table_writer(root: Path, version: int = 9, *, partitioned: bool = True) -> TableWriter:
     """``written_mor_table``, returning its writer (to write more after a service was planned)."""
     spec = TableSpec("trips", SCHEMA, "id", "city" if partitioned else None, "ts",

@@ -34,14 +34,10 @@ from typing import Any
 import pytest
 import yaml
 
-from hoodied.hoodie.locks import InProcessLock
-from hoodied.hoodie.storage import LocalStorage
 from hoodied.hoodie.timeline.instant import Action, State
-from hoodied.hoodie.timeline.truetime import TimeSettings
-from hoodied.planners.compaction import CompactionSettings, CompactionStrategy, schedule_compaction
 from tests.executors.test_spark_connect import SPARK_HOME, STARTED, connect_server_command
 from tests.helpers.daemon_procs import events, get_or_none, hoodied, timeline, wait_for
-from tests.helpers.mor_tables import hudi_rs_rows, written_mor_table
+from tests.helpers.mor_tables import hudi_rs_rows, pending_compaction_table
 from tests.helpers.redis_server import RedisServer, free_port, redis_server  # noqa: F401  (fixture)
 
 MAX_ATTEMPTS = 2
@@ -126,19 +122,6 @@ class SilentServer:
             conn.close()
 
 
-def _table(root: Path) -> str:
-    """A merge-on-read table with one pending compaction; its requested time."""
-    written_mor_table(root)
-    storage = LocalStorage(str(root))
-    inst, result = schedule_compaction(
-        storage, InProcessLock(storage.base_uri),
-        CompactionSettings(max_delta_commits=1, strategy=CompactionStrategy.UNBOUNDED),
-        time_settings=TimeSettings(max_expected_clock_skew_ms=5),
-    )
-    assert inst is not None, result.reason
-    return inst.requested_time
-
-
 def _config(tmp_path: Path, tables: list[Path], spark: str, http_port: int, lock: str = "local",
             start_timeout: float = 60, retry: float = 3) -> Path:
     path = tmp_path / "hoodied.yaml"
@@ -216,7 +199,7 @@ def test_an_engine_down_at_start_is_waited_out_then_the_compaction_runs(
     tmp_path: Path, connect_server: ConnectServer, redis_server: RedisServer,  # noqa: F811
 ) -> None:
     root = tmp_path / "t"
-    t = _table(root)
+    t = pending_compaction_table(root)
     rows = hudi_rs_rows(root)
     port = free_port()
     proc = hoodied("run", "--config", str(_config(tmp_path, [root], connect_server.url, port,
@@ -255,7 +238,7 @@ def test_a_server_killed_mid_job_is_an_outage_and_the_attempt_is_rolled_back_and
     tmp_path: Path, connect_server: ConnectServer, redis_server: RedisServer,  # noqa: F811
 ) -> None:
     root = tmp_path / "t"
-    t = _table(root)
+    t = pending_compaction_table(root)
     rows = hudi_rs_rows(root)
     ready = tmp_path / "task-paused"
     # the server's Python workers stop in the first task of the job (crash point ``task:0``)
@@ -305,7 +288,7 @@ def test_a_server_killed_mid_job_is_an_outage_and_the_attempt_is_rolled_back_and
 
 def test_sigterm_while_a_session_start_hangs_exits_within_the_grace_period(tmp_path: Path) -> None:
     root = tmp_path / "t"
-    t = _table(root)
+    t = pending_compaction_table(root)
     silent = SilentServer()
     port = free_port()
     # the start would wait 120 s for the handshake: SIGTERM comes first
@@ -328,7 +311,7 @@ def test_sigterm_while_a_session_start_hangs_exits_within_the_grace_period(tmp_p
 
 def test_sigterm_while_retries_back_off_exits_at_once(tmp_path: Path) -> None:
     root = tmp_path / "t"
-    _table(root)
+    pending_compaction_table(root)
     port = free_port()
     closed = free_port()
     proc = hoodied("run", "--config", str(_config(tmp_path, [root], f"sc://127.0.0.1:{closed}", port)))
@@ -345,7 +328,7 @@ def test_sigterm_while_a_job_waits_on_a_killed_server_exits_within_the_grace_per
     tmp_path: Path, connect_server: ConnectServer,
 ) -> None:
     root = tmp_path / "t"
-    t = _table(root)
+    t = pending_compaction_table(root)
     ready = tmp_path / "task-paused"
     connect_server.start({"HOODIED_TEST_PAUSE_AT": "task:0", "HOODIED_TEST_PAUSE_READY": str(ready),
                           "HOODIED_TEST_PAUSE_S": "300"})
