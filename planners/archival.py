@@ -68,7 +68,8 @@ config of ``HoodieMetadataWriteUtils.createMetadataWriteConfig`` (``mdt_archival
 - the cleaner bound uses the MDT cleaner config, derived from the data table's (HUDI-7402):
   the same ``hoodie.clean.policy``; KEEP_LATEST_COMMITS retains
   max(20 = ``DEFAULT_METADATA_CLEANER_COMMITS_RETAINED``, int(data retained x 1.2)) commits,
-  KEEP_LATEST_BY_HOURS ceil(data hours x 1.2) hours;
+  KEEP_LATEST_BY_HOURS ceil(data hours x 1.2) hours (``hoodie.metadata.upkeep.mdt_cleaner_retention``,
+  the rule the MDT's own clean uses);
 - the compaction trigger is NUM_COMMITS with ``hoodie.metadata.compact.max.delta.commits`` (10);
 - ``hoodie.archive.beyond.savepoint`` is never set on the MDT config (false); the MDT has no
   metadata table of its own, so the MDT-compaction boundary does not apply;
@@ -89,7 +90,6 @@ step left. Table version 6's MDT archive (``.hoodie/metadata/.hoodie/archived``)
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from datetime import timedelta
@@ -99,7 +99,7 @@ from typing import Any
 from hoodied.hoodie.metadata.compaction import max_delta_commits
 from hoodied.hoodie.metadata.reader import METADATA_FOLDER
 from hoodied.hoodie.metadata.rollback import latest_mdt_compaction
-from hoodied.hoodie.metadata.upkeep import MDT_COMMITS_RETAINED
+from hoodied.hoodie.metadata.upkeep import mdt_cleaner_retention
 from hoodied.hoodie.properties import TableConfig, load_table_config
 from hoodied.hoodie.storage import Storage
 from hoodied.hoodie.timeline.active import Timeline
@@ -689,13 +689,14 @@ def archival_planner(settings: ArchivalSettings) -> Callable[[Timeline], Archiva
 
 def mdt_archival_settings(data: ArchivalSettings, data_config: TableConfig) -> ArchivalSettings:
     """The MDT archiver's settings (``createMetadataWriteConfig``, module docstring)."""
+    retention = mdt_cleaner_retention(data.clean_commits_retained, data.clean_hours_retained)
     return ArchivalSettings(
         min_commits=data.min_commits + 1,
         max_commits=data.max_commits + 1,
         beyond_savepoint=False,
         clean_policy=data.clean_policy,
-        clean_commits_retained=max(MDT_COMMITS_RETAINED, int(data.clean_commits_retained * 1.2)),
-        clean_hours_retained=math.ceil(data.clean_hours_retained * 1.2),
+        clean_commits_retained=retention.commits,
+        clean_hours_retained=retention.hours,
         compaction_trigger=TriggerStrategy.NUM_COMMITS,
         compaction_max_delta_commits=max_delta_commits(data_config),
         metadata_enabled=False,

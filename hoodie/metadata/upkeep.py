@@ -10,15 +10,33 @@ not yet in the MDT). In Hudi's order:
 2. nothing more without a completed MDT delta commit;
 3. clean (``cleanIfNecessary``): only when the latest completed MDT compaction is followed by
    at least 3 completed MDT instants (a reader that started before the compaction may still be
-   reading the older slice); policy ``KEEP_LATEST_COMMITS`` with 20 commits retained
-   (``DEFAULT_METADATA_CLEANER_COMMITS_RETAINED``, fixed for the MDT in 1.x: the 0.x option
-   ``hoodie.metadata.cleaner.commits.retained`` is gone). The earliest commit to retain (ECTR)
-   is the 20th newest completed MDT write (delta commit or compaction), never later than the
-   earliest pending one; in each MDT file group the slices older than the newest slice before
-   the ECTR are deleted, the latest slice never, nor the slices of a group with a pending
-   compaction. Completed as an MDT ``clean`` (``HoodieCleanerPlan`` / ``HoodieCleanMetadata``,
-   version 2) at a new instant time;
+   reading the older slice). Policy ``KEEP_LATEST_COMMITS`` with 20 commits retained (below). The
+   earliest commit to retain (ECTR) is the 20th newest completed MDT write (delta commit or
+   compaction), never later than the earliest pending one; in each MDT file group the slices
+   older than the newest slice before the ECTR are deleted, the latest slice never, nor the slices
+   of a group with a pending compaction. Completed as an MDT ``clean`` (``HoodieCleanerPlan`` /
+   ``HoodieCleanMetadata``, version 2) at a new instant time;
 4. compaction (``compactIfNecessary``, ``hoodie.metadata.compaction``).
+
+The MDT cleaner's retention (``mdt_cleaner_retention``, shared with the MDT archival planner).
+Hudi 1.0.x and 1.1.x (the writers of table versions 8 and 9) build the MDT writer's clean config
+in ``HoodieMetadataWriteUtils.createMetadataWriteConfig`` from the data table's writer config
+(HUDI-7402, merged in February 2024, before 1.0.0): the MDT cleaner takes the data table's
+``hoodie.clean.policy``; ``KEEP_LATEST_COMMITS`` retains max(20, int(data
+``hoodie.clean.commits.retained`` x 1.2)) commits (20 is
+``HoodieMetadataConfig.DEFAULT_METADATA_CLEANER_COMMITS_RETAINED``, a constant: the 0.x key
+``hoodie.metadata.cleaner.commits.retained`` has not been settable since 0.13),
+``KEEP_LATEST_BY_HOURS`` ceil(data hours x 1.2) hours, ``KEEP_LATEST_FILE_VERSIONS``
+ceil(data versions x 1.2) versions.
+
+The data table's clean policy and retention are writer settings, not stored in
+``hoodie.properties``, and the MDT writer that runs this upkeep is given only the data table's
+``hoodie.properties``. Upkeep therefore cleans as Hudi does under Hudi's default data-table
+cleaner (``HoodieCleanConfig``: ``KEEP_LATEST_COMMITS``, 10 commits retained):
+``KEEP_LATEST_COMMITS`` with max(20, int(10 x 1.2)) = 20 MDT commits retained. ``retained``
+overrides that number (``mdt_cleaner_retention(data commits retained).commits``). A data table
+whose writers retain more than 16 commits, or clean by hours or by file versions, gets a
+longer-lived or differently cleaned MDT from Hudi than from this upkeep.
 
 Every step is re-runnable: a pending MDT compaction or clean is finished from its plan. The
 caller holds the data table's lock.
@@ -27,6 +45,7 @@ caller holds the data table's lock.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -50,16 +69,71 @@ from hoodied.hoodie.timeline.writer import TimelineWriter
 
 log = logging.getLogger(__name__)
 
-__all__ = ["MDT_COMMITS_RETAINED", "UpkeepResult", "clean_if_necessary", "compact_if_necessary", "maintain",
-           "plan_mdt_clean"]
+__all__ = [
+    "DATA_COMMITS_RETAINED",
+    "DATA_FILE_VERSIONS_RETAINED",
+    "DATA_HOURS_RETAINED",
+    "MDT_COMMITS_RETAINED",
+    "MdtCleanerRetention",
+    "UpkeepResult",
+    "clean_if_necessary",
+    "compact_if_necessary",
+    "maintain",
+    "mdt_cleaner_retention",
+    "plan_mdt_clean",
+]
 
-#: ``HoodieMetadataConfig.DEFAULT_METADATA_CLEANER_COMMITS_RETAINED``.
+#: ``HoodieMetadataConfig.DEFAULT_METADATA_CLEANER_COMMITS_RETAINED``: the MDT cleaner's floor.
 MDT_COMMITS_RETAINED = 20
+#: ``HoodieCleanConfig`` defaults of the data table's cleaner: ``hoodie.clean.commits.retained``,
+#: ``hoodie.clean.hours.retained``, ``hoodie.clean.fileversions.retained``.
+DATA_COMMITS_RETAINED = 10
+DATA_HOURS_RETAINED = 24
+DATA_FILE_VERSIONS_RETAINED = 3
+#: ``createMetadataWriteConfig``: the MDT keeps this much more history than the data table.
+_MDT_RETENTION_FACTOR = 1.2
 #: ``cleanIfNecessary``: completed MDT instants needed after the latest MDT compaction.
 _INSTANTS_AFTER_COMPACTION = 3
 _WRITES = (Action.DELTA_COMMIT, Action.COMPACTION, Action.COMMIT, Action.LOG_COMPACTION,
            Action.REPLACE_COMMIT)
 CLEAN_VERSION = 2
+
+
+@dataclass(frozen=True, slots=True)
+class MdtCleanerRetention:
+    """The MDT cleaner's retention for each data-table clean policy (the policy itself is the data
+    table's, unchanged)."""
+
+    commits: int
+    """``KEEP_LATEST_COMMITS``: MDT commits retained."""
+    hours: int
+    """``KEEP_LATEST_BY_HOURS``: hours retained."""
+    file_versions: int
+    """``KEEP_LATEST_FILE_VERSIONS``: file versions retained."""
+
+
+def mdt_cleaner_retention(
+    data_commits_retained: int = DATA_COMMITS_RETAINED,
+    data_hours_retained: int = DATA_HOURS_RETAINED,
+    data_file_versions_retained: int = DATA_FILE_VERSIONS_RETAINED,
+) -> MdtCleanerRetention:
+    """The MDT cleaner's retention derived from the data table's cleaner settings, as
+    ``HoodieMetadataWriteUtils.createMetadataWriteConfig`` derives it (module docstring).
+
+    Same arithmetic as Hudi's: a product in double precision, truncated for commits (Java's
+    ``(int)`` cast of ``Math.max``), rounded up for hours and file versions.
+    """
+    if data_commits_retained < 1 or data_hours_retained < 0 or data_file_versions_retained < 1:
+        raise ValueError("data clean retention must keep at least one commit / one file version")
+    return MdtCleanerRetention(
+        commits=int(max(MDT_COMMITS_RETAINED, data_commits_retained * _MDT_RETENTION_FACTOR)),
+        hours=math.ceil(data_hours_retained * _MDT_RETENTION_FACTOR),
+        file_versions=math.ceil(data_file_versions_retained * _MDT_RETENTION_FACTOR),
+    )
+
+
+#: What upkeep retains: the data table's cleaner settings are not known here (module docstring).
+_DEFAULT_RETAINED = mdt_cleaner_retention().commits
 
 
 @dataclass(slots=True)
@@ -79,24 +153,29 @@ def _ectr(timeline: Timeline, retained: int) -> Instant | None:
 
 
 def _doomed(group: FileGroup, ectr: str) -> list[str]:
-    """Files of the slices ``KEEP_LATEST_COMMITS`` deletes in one file group."""
+    """Files of the slices ``KEEP_LATEST_COMMITS`` deletes in one file group.
+
+    ``CleanPlanner.getFilesToCleanKeepingLatestCommits``: every slice based before the ECTR goes,
+    except the latest slice and the newest slice based before the ECTR (a query as of the ECTR
+    still reads it); these may be one and the same slice.
+    """
     if group.pending_compaction or group.pending_log_compaction:
         return []
     slices = group.slices  # oldest first
+    if not slices:
+        return []
+    latest = slices[-1].base_instant
+    before_ectr = next((s.base_instant for s in reversed(slices) if s.base_instant < ectr), None)
     out: list[str] = []
-    kept_one_before = False
-    for s in reversed(slices[:-1]):  # the latest slice always stays
-        if s.base_instant >= ectr:
-            continue
-        if not kept_one_before:  # a query as of the ECTR still reads this one
-            kept_one_before = True
+    for s in slices:
+        if s.base_instant >= ectr or s.base_instant in (latest, before_ectr):
             continue
         out.extend(s.paths())
     return out
 
 
 def plan_mdt_clean(storage: Storage, config: TableConfig, timeline: Timeline,
-                   retained: int = MDT_COMMITS_RETAINED) -> dict[str, Any] | None:
+                   retained: int = _DEFAULT_RETAINED) -> dict[str, Any] | None:
     """The ``HoodieCleanerPlan`` of an MDT clean (``None``: nothing outside retention)."""
     ectr = _ectr(timeline, retained)
     if ectr is None:
@@ -175,7 +254,7 @@ def execute_mdt_clean(mdt: TimelineWriter, clean_time: str) -> Instant:
     return done
 
 
-def clean_if_necessary(mdt: TimelineWriter, retained: int = MDT_COMMITS_RETAINED) -> Instant | None:
+def clean_if_necessary(mdt: TimelineWriter, retained: int = _DEFAULT_RETAINED) -> Instant | None:
     """``cleanIfNecessary``: an MDT clean when due and something is outside retention."""
     timeline = Timeline.load(mdt.storage, mdt.config)
     for pending in timeline.pending((Action.CLEAN,)):
@@ -222,7 +301,7 @@ def maintain(
     data_config: TableConfig,
     *,
     max_deltas: int | None = None,
-    retained: int = MDT_COMMITS_RETAINED,
+    retained: int = _DEFAULT_RETAINED,
 ) -> UpkeepResult:
     """``performTableServices`` on the MDT of a data table (see the module docstring)."""
     result = UpkeepResult()
