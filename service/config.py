@@ -603,7 +603,9 @@ class DaemonConfig(BaseSettings):
     """On SIGTERM: how long running jobs may take to finish before the process exits anyway
     (keep it below Kubernetes' terminationGracePeriodSeconds, default 30)."""
     clock_skew_ms: int = Field(200, ge=0)
-    """``hoodie.time.generator.max_expected_clock_skew_ms`` of the tables' writers."""
+    """``hoodie.time.generator.max_expected_clock_skew_ms`` of the tables' writers; also the bound past
+    which a replica whose clock differs from the shared reference (Redis, else the object store) takes
+    no work (``service.daemon.clock``)."""
 
     @classmethod
     def settings_customise_sources(

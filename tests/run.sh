@@ -9,6 +9,7 @@ need_apt=()
 command -v python3 >/dev/null || need_apt+=(python3)
 python3 -c 'import venv, ensurepip' 2>/dev/null || need_apt+=(python3-venv)
 command -v redis-server >/dev/null || need_apt+=(redis-server)
+[ -f /usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1 ] || need_apt+=(faketime)
 command -v java >/dev/null || need_apt+=(openjdk-17-jre-headless)
 # ZooKeeper lock tests: Debian's ZooKeeper server and a Curator client compiled with javac
 command -v javac >/dev/null || need_apt+=(openjdk-17-jdk-headless)

@@ -6,9 +6,11 @@ Routes (GET or HEAD; anything else is 405, unknown paths 404):
 - ``/healthz``: liveness. 200 while the last poll cycle ended (or the daemon started) less
   than ``liveness_seconds`` ago, else 503: a stuck loop gets the pod restarted.
 - ``/readyz``: readiness. 503 while starting (no poll cycle yet), while draining after
-  SIGTERM, when Redis (the lock service) does not answer, or while the Spark engine is known to
+  SIGTERM, when Redis (the lock service) does not answer, while the Spark engine is known to
   be down (``SparkEngine.up`` is False: the last session start or job found it unreachable or
-  lost); the Redis check is cached for ``READY_CACHE_S`` so probes cannot hammer it.
+  lost), or while this replica's clock is skewed or could not be checked (``service.daemon.clock``:
+  the reason names the offset, its uncertainty and the bound); the Redis check is cached for
+  ``READY_CACHE_S`` so probes cannot hammer it.
 - ``/status``: the JSON document of ``service.daemon.status.status_document`` (what
   ``hoodied status`` shows).
 
@@ -94,6 +96,11 @@ async def _respond(daemon: DaemonView, ready: _Ready, path: str) -> tuple[int, s
             return 503, "text/plain", f"{problem}\n".encode()
         if daemon.engine.up is False:
             return 503, "text/plain", f"spark engine unavailable: {daemon.engine.problem}\n".encode()
+        check, now = daemon.clock.current, time.monotonic()
+        if not check.allows_work:
+            return 503, "text/plain", f"{check.describe()}\n".encode()
+        if not check.fresh(now):
+            return 503, "text/plain", f"clock not checked for {now - check.at:.0f} s\n".encode()
         return 200, "text/plain", b"ready\n"
     if path == "/status":
         body = json.dumps(status_document(daemon), default=str).encode()

@@ -45,6 +45,18 @@ quarantined at once, and a plan or executor that reports a corrupt file quaranti
 a quarantined table is not read or written again until the daemon restarts. Every other
 table keeps being served.
 
+Clock (``service.daemon.clock``): each poll cycle starts by measuring this replica's wall clock
+against a shared reference (Redis ``TIME``, else an object store's time, else none for local
+tables), and a dispatch on a verdict older than ``CLOCK_RECHECK_S`` measures again first (after a
+pause of the process, say). While the offset is past ``clock_skew_ms`` allowing for the
+measurement's uncertainty, or the clock could not be checked, no job is dispatched and ``/readyz``
+answers 503 naming the offset. A skew found while jobs run hands them back at their next safe
+point (their commit or rollback would carry the skewed time; the instant stays recoverable by
+another replica, as on SIGTERM); a failed check only holds new work back (Redis or the store
+being down stops running jobs by itself, through their leases and writes). Polling goes on, and
+work resumes by itself once the clock is back in bounds. So a replica's instants, completion
+times and heartbeat-expiry judgements (which only jobs make) all come from a checked clock.
+
 Stopping (``request_stop``, SIGTERM/SIGINT): readiness turns 503, nothing new starts,
 running jobs get ``cancel`` set and ``grace_period_seconds`` minus one second to finish;
 jobs still running then are abandoned: their leases are released and heartbeats deleted
@@ -72,6 +84,7 @@ from hoodied.hoodie.errors import HoodieFormatError, TableNotFoundError, Unsuppo
 from hoodied.hoodie.storage import OBJECT_STORE_SCHEMES, STORAGE_REQUESTS, Storage, storage_for
 from hoodied.service.config import DaemonConfig, DiscoverRoot
 from hoodied.service.daemon import jobs as joblib
+from hoodied.service.daemon.clock import ClockCheck, ClockState, ClockWatch, ObjectStoreClock, RedisClock
 from hoodied.service.daemon.http import listen, serve_http
 from hoodied.service.daemon.jobs import (
     COUNTED_JOB_OUTCOMES,
@@ -99,6 +112,8 @@ log = structlog.get_logger("hoodied.loop")
 
 #: Most tables one poll thread takes in one hand-off.
 POLL_BATCH = 64
+#: A clock verdict older than this is measured again before jobs are dispatched on it.
+CLOCK_RECHECK_S = 5.0
 
 
 class Daemon:
@@ -129,6 +144,9 @@ class Daemon:
         self.problems_in_pass = 0
         self.http_port: int | None = None
         self.replica = f"{socket.gethostname()}:{os.getpid()}"
+        self.clock = ClockWatch(settings.clock_skew_ms / 1000)
+        """The verdict on this replica's clock (``service.daemon.clock``): no job starts unless it allows."""
+        self._clock_lock: anyio.Lock | None = None
         self.metrics = Metrics(self.snapshot)
         self._counted: set[str] = set()
         """Tables whose counters were started at 0 (``_count_from_zero``)."""
@@ -181,13 +199,15 @@ class Daemon:
                 left = max(self._stop_at + self.settings.grace_period_seconds - time.monotonic() - 0.5, 1.0)
             with anyio.CancelScope(shield=True):
                 await anyio.to_thread.run_sync(functools.partial(self.engine.close, left))
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(self.clock.close)
             if self.factory is not None:
                 self.factory.close()
         why = self.stop_reason or ("one pass done" if self.once else "stopped")
         quarantined = sum(1 for t in self.tables.values() if t.quarantine)
         log.info("daemon stopped", reason=why, abandoned_jobs=len(self.abandoned), quarantined=quarantined)
-        if self.once and (self.problems_in_pass or quarantined):
-            return 1
+        if self.once and (self.problems_in_pass or quarantined or not self.clock.current.allows_work):
+            return 1  # a pass that left work undone for a skewed or unchecked clock did not succeed
         return 0
 
     def _make_limiters(self) -> None:
@@ -256,6 +276,7 @@ class Daemon:
         started = time.monotonic() if started is None else started
         if self._poll_limiter is None:
             self._make_limiters()
+        await self._check_clock(force=True)  # its probe requests are not the poll's
         before = STORAGE_REQUESTS.snapshot()
         await self._poll([t for t in self.tables.values() if not t.quarantine])
         after = STORAGE_REQUESTS.snapshot()
@@ -265,6 +286,7 @@ class Daemon:
         self.last_cycle_end = time.time()
         self.metrics.poll_cycle.observe(self.last_cycle_seconds)
         await self._engine_back()
+        await self._check_clock()
         self._dispatch()
         return self.last_cycle_seconds
 
@@ -283,6 +305,7 @@ class Daemon:
         touched = [self.tables[u] for u in self._touched if u in self.tables]
         self._touched.clear()
         await self._poll([t for t in touched if not t.quarantine])
+        await self._check_clock()
         self._dispatch()
 
     async def _drain(self, jobs: anyio.abc.TaskGroup) -> None:
@@ -374,6 +397,7 @@ class Daemon:
         if self.last_cycle_end is None:
             # the first cycle parses every timeline (minutes for 10,000 tables): work starts
             # with the tables polled so far instead of waiting for the last one
+            await self._check_clock()
             self._dispatch()
 
     def _forget(self, uri: str) -> None:
@@ -428,12 +452,61 @@ class Daemon:
     def _error(self, table: str, message: str) -> None:
         self.recent_errors.appendleft({"at": time.time(), "table": table, "error": message})
 
+    # ------------------------------------------------------------------ clock
+
+    def _clock_reference(self) -> RedisClock | ObjectStoreClock | None:
+        """What this replica's clock is compared with: Redis, else one watched object-store table
+        (the one already probed while it is still watched), else nothing (local tables only)."""
+        current = self.clock.reference
+        if self.factory is not None:
+            return current if isinstance(current, RedisClock) else RedisClock(self.factory)
+        stores = sorted(t.uri for t in self.tables.values()
+                        if not t.quarantine and self._store_settings(t.uri) is not None)
+        if isinstance(current, ObjectStoreClock) and current.table in stores:
+            return current
+        if not stores:
+            return None
+        ts = self.tables[stores[0]]
+        storage = ts.storage
+        if storage is None:
+            # not polled yet (the first cycle checks first): a client without a request, where
+            # storage_for would list the table from the event loop
+            from hoodied.hoodie.object_storage import ObjectStorage
+
+            storage = ObjectStorage.connect(ts.uri, self._store_settings(ts.uri))
+        return ObjectStoreClock(storage, self.replica, ts.uri)
+
+    def _measure_clock(self, reference: RedisClock | ObjectStoreClock | None) -> ClockCheck:
+        # in a worker thread: replacing a probe deletes the old one, and a measurement waits on the network
+        self.clock.use(reference)
+        return self.clock.measure()
+
+    async def _check_clock(self, *, force: bool = False) -> None:
+        """Measure the clock (every poll cycle, and before dispatching on a verdict older than
+        ``CLOCK_RECHECK_S``); a skew found now hands running jobs back at their next safe point."""
+        if self._clock_lock is None:
+            self._clock_lock = anyio.Lock()
+        async with self._clock_lock:
+            if not force and time.monotonic() - self.clock.current.at < CLOCK_RECHECK_S:
+                return
+            check = await anyio.to_thread.run_sync(self._measure_clock, self._clock_reference())
+            self.clock.record(check)
+        told = [job for job in self.running.values() if not job.cancel.is_set()]
+        if check.state is ClockState.SKEWED and told:
+            # a job on this replica would stamp its commit or a rollback with the skewed clock:
+            # it stops at its next safe point and hands the instant back, as on SIGTERM
+            log.warning("clock skewed: handing running jobs back", jobs=len(told))
+            for job in told:
+                job.cancel.set()
+
     # ------------------------------------------------------------------ dispatch
 
     def _dispatch(self) -> None:
         if self.draining or self._jobs_tg is None:
             return
         now = time.monotonic()
+        if not self.clock.allows_work(now):
+            return  # a skewed or unchecked clock sets no instant time (service.daemon.clock)
         candidates = []
         for ts in self.tables.values():
             if ts.quarantine or ts.poll is None or ts.policy.paused or ts.uri in self.running:

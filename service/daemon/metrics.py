@@ -21,6 +21,9 @@ hoodied_running_jobs                               gauge      action
 hoodied_draining                                   gauge      (1 after SIGTERM)
 hoodied_engine_up                                  gauge      (0 while the Spark engine is down)
 hoodied_last_poll_timestamp_seconds                gauge
+hoodied_clock_offset_seconds                       gauge      (absent while unknown)
+hoodied_clock_offset_uncertainty_seconds           gauge      (absent while unknown)
+hoodied_clock_skewed                               gauge      (1 while the clock is past the bound)
 hoodied_jobs_total                                 counter    table, action, outcome
 hoodied_plans_total                                counter    table, action, outcome
 hoodied_job_duration_seconds                       histogram  action, outcome
@@ -35,7 +38,8 @@ hoodied_failed_writes_rolled_back_total            counter    table
 ``hoodie.storage.RequestCounter``), polls and jobs alike; local tables send none. An unchanged
 object-store table costs one ``list`` per poll cycle (``service.daemon.poll``), so
 ``rate(hoodied_storage_requests_total{operation="list"}[5m])`` against the poll interval
-and the tables watched shows whether polling stays cheap.
+and the tables watched shows whether polling stays cheap. Without Redis, the clock check
+(``service.daemon.clock``) adds one ``put`` and one ``list`` per poll cycle for the whole daemon.
 
 Job outcomes: ``success``, ``failed`` (retried later), ``skipped`` (another executor's heartbeat
 is alive), ``claimed`` (another replica holds the instant's lease), ``already_done``
@@ -58,6 +62,14 @@ clean was planned or executed, on tables whose writers use ``hoodie.cleaner.poli
 ``hoodied_engine_up`` is 0 while the Spark engine is known to be down (the last session start or
 job found it unreachable or lost; ``/readyz`` answers 503 meanwhile), else 1, also before any
 Spark job started a session.
+
+``hoodied_clock_offset_seconds`` is this host's wall clock minus the shared reference's (Redis
+``TIME``, else an object store's last-modified time; ``service.daemon.clock``) at the last check,
+and ``hoodied_clock_offset_uncertainty_seconds`` how far the true offset may be from it (half the
+round trip plus the reference's resolution). Both are absent while the offset is unknown: no
+shared reference (local tables without Redis) or no check has succeeded yet.
+``hoodied_clock_skewed`` is 1 while the offset is past ``clock_skew_ms`` even allowing for the
+uncertainty: the replica then dispatches no job and ``/readyz`` answers 503.
 """
 
 from __future__ import annotations
@@ -102,6 +114,10 @@ class StateSnapshot:
     """Object-store requests sent by this process so far, by operation."""
     engine_down: bool = False
     """The Spark engine is known to be unavailable (``service.spark_jobs.SparkEngine.up`` is False)."""
+    clock_offset: tuple[float, float] | None = None
+    """This host's clock minus the shared reference's and its uncertainty, in seconds (``None``: unknown)."""
+    clock_skewed: bool = False
+    """The clock is past the skew bound (``service.daemon.clock.ClockState.SKEWED``)."""
 
 
 def _version() -> str:
@@ -159,6 +175,16 @@ class StateCollector(Collector):
         yield GaugeMetricFamily("hoodied_engine_up",
                                 "0 while the Spark engine is unreachable or lost (see /readyz), else 1.",
                                 value=0 if s.engine_down else 1)
+        if s.clock_offset is not None:
+            yield GaugeMetricFamily("hoodied_clock_offset_seconds",
+                                    "This host's wall clock minus the shared reference clock (Redis or the "
+                                    "object store) at the last check.", value=s.clock_offset[0])
+            yield GaugeMetricFamily("hoodied_clock_offset_uncertainty_seconds",
+                                    "How far the true clock offset may be from the measured one.",
+                                    value=s.clock_offset[1])
+        yield GaugeMetricFamily("hoodied_clock_skewed",
+                                "1 while the clock is past clock_skew_ms: no job is dispatched.",
+                                value=1 if s.clock_skewed else 0)
         if s.last_poll is not None:
             yield GaugeMetricFamily("hoodied_last_poll_timestamp_seconds",
                                     "When the last poll cycle ended (epoch seconds).", value=s.last_poll)

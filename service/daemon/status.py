@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 from hoodied.hoodie.storage import STORAGE_REQUESTS
 from hoodied.service.config import DaemonConfig
+from hoodied.service.daemon.clock import ClockState, ClockWatch
 from hoodied.service.daemon.jobs import Job, JobKind
 from hoodied.service.daemon.metrics import Metrics, StateSnapshot, TableSnapshot
 from hoodied.service.daemon.registry import Registry
@@ -21,7 +22,7 @@ from hoodied.service.daemon.table_state import TableState, item_status
 from hoodied.service.locks import RedisLockFactory
 from hoodied.service.spark_jobs import SparkEngine
 
-__all__ = ["DaemonView", "state_snapshot", "status_document"]
+__all__ = ["DaemonView", "clock_document", "state_snapshot", "status_document"]
 
 
 class DaemonView(Protocol):
@@ -59,6 +60,8 @@ class DaemonView(Protocol):
     def metrics(self) -> Metrics: ...
     @property
     def engine(self) -> SparkEngine: ...
+    @property
+    def clock(self) -> ClockWatch: ...
 
     def lock_where(self) -> str:
         """Where the table locks live: ``local`` or the lock service's address."""
@@ -84,8 +87,26 @@ def state_snapshot(daemon: DaemonView) -> StateSnapshot:
             snap.delta_commits_since_compaction = ts.poll.delta_commits_since_compaction
         tables.append(snap)
     running = Counter(j.action for j in daemon.running.values())
+    check = daemon.clock.current
+    offset = None if check.reading is None else (check.reading.offset_s, check.reading.uncertainty_s)
     return StateSnapshot(tables, dict(running), daemon.draining, daemon.last_cycle_end,
-                         STORAGE_REQUESTS.snapshot(), engine_down=daemon.engine.up is False)
+                         STORAGE_REQUESTS.snapshot(), engine_down=daemon.engine.up is False,
+                         clock_offset=offset, clock_skewed=check.state is ClockState.SKEWED)
+
+
+def clock_document(daemon: DaemonView) -> dict[str, Any]:
+    """The clock part of ``/status``: the verdict, the measured offset and where it came from."""
+    check, mono = daemon.clock.current, time.monotonic()
+    reading = check.reading
+    return {
+        "state": check.state.value, "source": check.source, "summary": check.describe(),
+        "offset_seconds": None if reading is None else round(reading.offset_s, 6),
+        "uncertainty_seconds": None if reading is None else round(reading.uncertainty_s, 6),
+        "round_trip_seconds": None if reading is None else round(reading.rtt_s, 6),
+        "bound_seconds": check.bound_s, "error": check.error,
+        "checked_seconds_ago": round(mono - check.at, 3) if check.at > -1e300 else None,
+        "takes_work": daemon.clock.allows_work(mono),
+    }
 
 
 def status_document(daemon: DaemonView) -> dict[str, Any]:
@@ -133,6 +154,7 @@ def status_document(daemon: DaemonView) -> dict[str, Any]:
         # up: None before the first Spark job started a session
         "engine": {"master": daemon.settings.spark.master, "up": daemon.engine.up,
                    "problem": daemon.engine.problem},
+        "clock": clock_document(daemon),
         "last_poll": {"ended_at": daemon.last_cycle_end, "seconds": daemon.last_cycle_seconds,
                       "age_seconds": round(daemon.loop_heartbeat_age(), 3),
                       # object-store requests while the cycle ran (jobs running meanwhile included)

@@ -19,14 +19,13 @@ import pytest
 
 from hoodied.hoodie.timeline.instant import Action, State
 from tests.helpers.daemon_procs import events, get_or_none, hoodied, timeline, wait_for
-from tests.helpers.mor_tables import hudi_rs_rows
+from tests.helpers.mor_tables import hudi_rs_rows, pending_compaction_table
 from tests.helpers.redis_server import free_port
 from tests.service.daemon.test_engine_outage import (
     _config,
     _metric,
     _outages,
     _state,
-    _table,
     _terminate_timed,
 )
 
@@ -39,7 +38,7 @@ def _java_children(pid: int) -> list[int]:
 
 def test_a_local_jvm_killed_mid_job_is_an_outage_and_a_new_jvm_finishes_the_work(tmp_path: Path) -> None:
     root = tmp_path / "t"
-    t = _table(root)
+    t = pending_compaction_table(root)
     rows = hudi_rs_rows(root)
     ready = tmp_path / "task-paused"
     port = free_port()
