@@ -262,7 +262,8 @@ def _one_line(exc: BaseException) -> str:
 def classify(exc: BaseException, cancel: threading.Event) -> JobOutcome:
     """An error of a job -> its outcome (see the module docstring)."""
     if cancel.is_set():
-        return JobOutcome(Outcome.HANDED_BACK, f"stopped by shutdown: {_one_line(exc)}")
+        why = "daemon stopping, or its clock out of bounds"
+        return JobOutcome(Outcome.HANDED_BACK, f"handed back ({why}): {_one_line(exc)}")
     if isinstance(exc, InstantNotReadyError | HeartbeatAliveError):
         return JobOutcome(Outcome.SKIPPED, str(exc))
     if isinstance(exc, AttemptSupersededError):  # paused past its lease: the instant is another's now
