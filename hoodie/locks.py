@@ -7,9 +7,11 @@ and must not write again. Timeline files are write-once, so even a stale holder 
 past the check cannot overwrite what the next owner wrote.
 
 This module owns the interface (``TableLock``), the shared acquire policy (wait, retries,
-one clear ``LockUnavailableError``), the lock key of a table and an in-process lock for
-single-process use and tests. The implementations that talk to a lock service (Redis) or
-to the operating system (file locks) live in ``service.locks``; ``hoodie`` stays free of them.
+one clear ``LockUnavailableError``), the lock key of a table, an in-process lock for
+single-process use and tests, and the read-only view of a lock (``InspectableLock``: where it
+lives, ``LockLocation``, and who holds it now, ``LockHolder``) that ``hoodied inspect`` shows.
+The implementations that talk to a lock service (Redis) or to the operating system (file
+locks) live in ``service.locks``; ``hoodie`` stays free of them.
 
 Lock key grammar: ``"hoodied:lock:{" + base + "}"`` where ``base`` is the table's base URI
 without a trailing ``/`` (the braces make it a Redis Cluster hash tag, so the lock and its
@@ -27,6 +29,7 @@ import time
 import uuid
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from types import TracebackType
 from typing import Protocol, runtime_checkable
 
@@ -35,13 +38,18 @@ from hoodied.hoodie.errors import LockLostError, LockServiceDownError, LockUnava
 log = logging.getLogger(__name__)
 
 __all__ = [
+    "DEFAULT_INSPECT_TIMEOUT_S",
     "InProcessLock",
+    "InspectableLock",
     "LockBackendError",
+    "LockHolder",
+    "LockLocation",
     "LockSettings",
     "TableLock",
     "TableLockBase",
     "bump_fence_file",
     "lock_key",
+    "utc_from_ms",
 ]
 
 
@@ -111,6 +119,64 @@ class TableLock(Protocol):
 
 class LockBackendError(Exception):
     """Raised by an implementation when its lock service cannot be reached; the attempt is retried."""
+
+
+#: How long a read-only look at a lock service (``InspectableLock.holder``) may wait for an answer.
+DEFAULT_INSPECT_TIMEOUT_S = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class LockLocation:
+    """Which lock guards a table and where it lives."""
+
+    kind: str
+    """The ``--lock`` kind: ``local``, ``storage``, ``filesystem``, ``zookeeper``, ``dynamodb``, ``redis``,
+    ``in-process``."""
+    where: str
+    """Where the lock lives: a file path, an object URI, ``zookeeper://HOSTS/PATH``,
+    ``dynamodb://TABLE/KEY``, ``redis://HOST:PORT/DB KEY`` (passwords masked)."""
+
+
+@dataclass(frozen=True, slots=True)
+class LockHolder:
+    """Who holds a table lock now, as the lock's own record says (read without taking the lock)."""
+
+    owner: str
+    """The owner text exactly as the backend records it (lock file content, ``owner``, node data...)."""
+    location: LockLocation
+    """The lock the holder holds; for a lock kept in several files, the file found held."""
+    since: datetime | None = None
+    """When the holding began or was last renewed, when the record tells (UTC)."""
+    until: datetime | None = None
+    """When the holding ends unless renewed, when the record tells (UTC)."""
+    lease_ms: int | None = None
+    """The lease the holder wrote, when it is a duration rather than an end time (DynamoDB)."""
+    expired: bool = False
+    """The record looks expired by the backend's own rule: another writer may take the lock over."""
+    detail: str | None = None
+    """Anything else the record tells (a process id, a record version, the rule applied)."""
+
+
+@runtime_checkable
+class InspectableLock(Protocol):
+    """A lock that can say where it lives and who holds it, without taking or changing it."""
+
+    def location(self) -> LockLocation:
+        """Which lock this is and where it lives (no I/O)."""
+        ...
+
+    def holder(self, timeout_s: float = DEFAULT_INSPECT_TIMEOUT_S) -> LockHolder | None:
+        """Who holds the lock now, or ``None`` when it is free; read-only.
+
+        Waits at most about ``timeout_s`` for a lock service; raises ``LockBackendError`` when the
+        service cannot be reached and ``HoodieFormatError`` when the lock record cannot be read.
+        """
+        ...
+
+
+def utc_from_ms(ms: int | float) -> datetime:
+    """Epoch milliseconds as an aware UTC datetime (for ``LockHolder`` times)."""
+    return datetime.fromtimestamp(ms / 1000, UTC)
 
 
 class TableLockBase(ABC):
@@ -266,6 +332,15 @@ class InProcessLock(TableLockBase):
 
     def _describe(self) -> str:
         return f"in-process lock {self._key}"
+
+    def location(self) -> LockLocation:
+        return LockLocation("in-process", self._key)
+
+    def holder(self, timeout_s: float = DEFAULT_INSPECT_TIMEOUT_S) -> LockHolder | None:
+        # only this process can hold it; the mutex tells whether some lock object of the key does
+        if not self._mutex.locked():
+            return None
+        return LockHolder(owner=f"process {os.getpid()}", location=self.location())
 
 
 def bump_fence_file(path: str) -> int:

@@ -77,6 +77,11 @@ hoodied's own additions (the lock client and Hudi writers neither read nor chang
   ``isReleased``. A read that fails is logged and passes: the lease itself still excludes others.
 - An item hoodied cannot read as a lock-client item is neither taken over nor overwritten:
   ``HoodieFormatError``.
+- ``holder()`` (``hoodied inspect``) reads the item once (consistent GetItem) with a client of its
+  own whose calls wait only a few seconds and are not retried; a missing table or item, or a
+  released one, is free. One read cannot tell whether the lease ran out: the lock client's rule
+  needs the record version seen unchanged for a whole lease on the reader's clock, so the item is
+  never shown as expired and its lease and record version are shown instead.
 - Locks still held at interpreter exit are released, so a command that ends does not keep Hudi
   writers out for a whole lease (Hudi's provider releases in ``close``).
 """
@@ -101,7 +106,15 @@ from botocore.config import Config  # type: ignore[import-untyped]
 from botocore.exceptions import BotoCoreError, ClientError  # type: ignore[import-untyped]
 
 from hoodied.hoodie.errors import HoodieFormatError, LockConfigError
-from hoodied.hoodie.locks import LockBackendError, LockSettings, TableLockBase, lock_key
+from hoodied.hoodie.locks import (
+    DEFAULT_INSPECT_TIMEOUT_S,
+    LockBackendError,
+    LockHolder,
+    LockLocation,
+    LockSettings,
+    TableLockBase,
+    lock_key,
+)
 from hoodied.hoodie.properties import read_table_properties
 from hoodied.hoodie.storage import Storage
 
@@ -347,6 +360,47 @@ class DynamoDBLock(TableLockBase):
 
     def _describe(self) -> str:
         return f"DynamoDB lock {self._where}"
+
+    def location(self) -> LockLocation:
+        return LockLocation("dynamodb", self._where)
+
+    def holder(self, timeout_s: float = DEFAULT_INSPECT_TIMEOUT_S) -> LockHolder | None:
+        """The lock item's owner, from one read (see the module docstring); creates nothing."""
+        cfg = self.config
+        client = boto3.session.Session().client(
+            "dynamodb",
+            region_name=cfg.region,
+            endpoint_url=cfg.endpoint,
+            config=Config(
+                connect_timeout=timeout_s,
+                read_timeout=timeout_s,
+                retries={"total_max_attempts": 1, "mode": "standard"},
+            ),
+        )
+        try:
+            found = client.get_item(
+                TableName=cfg.table, Key={PARTITION_KEY_NAME: _s(cfg.partition_key)}, ConsistentRead=True
+            )
+        except ClientError as exc:
+            if _error_code(exc) == "ResourceNotFoundException":
+                return None  # no lock table yet: nobody ever took the lock
+            raise LockBackendError(f"GetItem {cfg.table}: {_error_code(exc)}: {exc}") from None
+        except BotoCoreError as exc:
+            raise LockBackendError(f"GetItem {cfg.table}: {exc}") from None
+        finally:
+            client.close()
+        raw = found.get("Item")
+        if not raw:
+            return None
+        item = LockItem.parse(raw, self._describe())
+        if item.released:
+            return None
+        return LockHolder(
+            owner=item.owner,
+            location=self.location(),
+            lease_ms=item.lease_ms,
+            detail=f"record version {item.record_version}; expired once unchanged for a whole lease",
+        )
 
     # ------------------------------------------------------------ calls
 

@@ -67,6 +67,9 @@ hoodied's additions (a Hudi writer neither sees nor needs them):
   since the last renewal; older, another writer may already have judged it expired. Set
   ``expire_minutes`` to the smallest expiry any writer of the table uses (1 for
   ``getLockConfig``).
+- ``holder()`` (``hoodied inspect``) only reads the lock files, in the order taken: the first one
+  present names the holder (``lockThreadName``, the raw text when it is not ``LockInfo`` JSON),
+  since its modification time; with an expiry configured it is expired by Hudi's rule above.
 - Fencing token: the lock file holds no counter, so each new holder bumps
   ``.hoodie/.locks/hoodied.fence`` (the counter ``--lock local`` keeps: one counter per table,
   so tokens keep growing when a table moves between the two local locks), replaced atomically
@@ -88,7 +91,17 @@ from datetime import datetime
 from urllib.parse import parse_qsl
 
 from hoodied.hoodie.errors import LockConfigError, StorageError
-from hoodied.hoodie.locks import LockBackendError, LockSettings, TableLockBase, bump_fence_file, lock_key
+from hoodied.hoodie.locks import (
+    DEFAULT_INSPECT_TIMEOUT_S,
+    LockBackendError,
+    LockHolder,
+    LockLocation,
+    LockSettings,
+    TableLockBase,
+    bump_fence_file,
+    lock_key,
+    utc_from_ms,
+)
 from hoodied.hoodie.storage import Storage
 
 log = logging.getLogger(__name__)
@@ -213,6 +226,43 @@ class FileSystemLock(TableLockBase):
 
     def _describe(self) -> str:
         return f"filesystem lock {' + '.join(self.paths)}"
+
+    def location(self) -> LockLocation:
+        return LockLocation("filesystem", " + ".join(self.paths))
+
+    def holder(self, timeout_s: float = DEFAULT_INSPECT_TIMEOUT_S) -> LockHolder | None:
+        """The first lock file present, read-only (see the module docstring)."""
+        for path in self.paths:
+            try:
+                seen = _read(path)
+            except OSError as exc:
+                raise LockBackendError(f"{path}: {exc.strerror or exc}") from None
+            if seen is None:
+                continue
+            text = seen.data.decode("utf-8", errors="replace")
+            created = None
+            try:
+                info = json.loads(text)
+                owner = info.get("lockThreadName") if isinstance(info, dict) else None
+                created = info.get("lockCreateTime") if isinstance(info, dict) else None
+            except ValueError:
+                owner = None
+            if not isinstance(owner, str) or not owner:
+                owner = text.strip().splitlines()[0] if text.strip() else "(empty lock file)"
+            mtime_ms = seen.mtime_ns / 1e6
+            expired = bool(self.expire_s) and time.time() - mtime_ms / 1000 > self.expire_s
+            notes = [f"lockCreateTime {created} (writer's local time)"] if isinstance(created, str) else []
+            if self.expire_s:
+                notes.append(f"expiry {self.expire_s / 60:g} min after the modification time")
+            return LockHolder(
+                owner=owner,
+                location=LockLocation("filesystem", path),
+                since=utc_from_ms(mtime_ms),
+                until=utc_from_ms(mtime_ms + self.expire_s * 1000) if self.expire_s else None,
+                expired=expired,
+                detail="; ".join(notes) or None,
+            )
+        return None
 
     # ------------------------------------------------------------ acquire
 

@@ -37,6 +37,12 @@ lock is lost only if someone removes or replaces the lock file, which ``ensure_h
 The fencing counter is ``.hoodie/.locks/hoodied.fence``, bumped while holding the lock.
 These two files are lock state, not table data, and need ``fcntl`` on a real file
 descriptor, so they are opened directly rather than through ``hoodie.storage``.
+
+Looking at a lock without taking it (``holder()``, for ``hoodied inspect``): Redis answers ``GET``
+and ``PTTL`` of the key. Whether a ``flock`` is held cannot be asked without trying to take it, so
+the local lock reads the kernel's lock table, ``/proc/locks`` (Linux: one line per lock, ``FLOCK``,
+the holder's pid, ``MAJOR:MINOR:INODE`` of the file with the device numbers in hex; lines with
+``->`` are waiters), and matches the lock file's device and inode.
 """
 
 from __future__ import annotations
@@ -60,7 +66,17 @@ from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 
 from hoodied.hoodie.errors import LockConfigError, StorageError
-from hoodied.hoodie.locks import LockBackendError, LockSettings, TableLockBase, bump_fence_file, lock_key
+from hoodied.hoodie.locks import (
+    DEFAULT_INSPECT_TIMEOUT_S,
+    LockBackendError,
+    LockHolder,
+    LockLocation,
+    LockSettings,
+    TableLockBase,
+    bump_fence_file,
+    lock_key,
+    utc_from_ms,
+)
 from hoodied.hoodie.object_storage import ObjectStorage
 from hoodied.hoodie.storage import Storage
 from hoodied.service.fs_lock import filesystem_lock_from_option
@@ -233,6 +249,26 @@ class RedisTableLock(TableLockBase):
     def _describe(self) -> str:
         return f"{self._factory.where} {self._key}"
 
+    def location(self) -> LockLocation:
+        return LockLocation("redis", f"{self._factory.where} {self._key}")
+
+    def holder(self, timeout_s: float = DEFAULT_INSPECT_TIMEOUT_S) -> LockHolder | None:
+        """``GET`` and ``PTTL`` of the key, read-only. The wait is bounded by the factory's socket
+        timeout (two of them plus a second), which is shorter than ``timeout_s`` by default."""
+        value, pttl = self._factory.call(self._holder_async())
+        if value is None:
+            return None
+        # PTTL: -1 no expiry (not set by hoodied), -2 gone meanwhile
+        if pttl == -2:
+            return None
+        until = utc_from_ms(time.time() * 1000 + pttl) if pttl >= 0 else None
+        return LockHolder(
+            owner=value.decode(errors="replace"),
+            location=self.location(),
+            until=until,
+            detail=f"lease ends in {pttl} ms" if pttl >= 0 else "key has no expiry",
+        )
+
     # ------------------------------------------------------------ acquire
 
     def _try_acquire(self, wait_s: float) -> int | None:
@@ -343,6 +379,27 @@ class LocalFileLock(TableLockBase):
     def _describe(self) -> str:
         return f"local lock {self.path}"
 
+    def location(self) -> LockLocation:
+        return LockLocation("local", self.path)
+
+    def holder(self, timeout_s: float = DEFAULT_INSPECT_TIMEOUT_S) -> LockHolder | None:
+        """The holder per ``/proc/locks`` (see the module docstring); the lock file is only read."""
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise LockBackendError(f"{self.path}: {exc.strerror or exc}") from None
+        pids = _flock_holders(st.st_dev, st.st_ino)
+        if not pids:
+            return None
+        return LockHolder(
+            owner=self._holder() or "(lock file empty: the holder has not written it yet)",
+            location=self.location(),
+            since=utc_from_ms(st.st_mtime_ns / 1e6),  # the holder writes the file right after taking it
+            detail=f"flock held by pid {', '.join(pids)}",
+        )
+
     def _open_locked(self) -> int | None:
         """Open the lock file and try flock once; the fd when locked (on the file now at ``path``)."""
         os.makedirs(os.path.dirname(self.path), exist_ok=True)
@@ -414,6 +471,32 @@ class LocalFileLock(TableLockBase):
                 fcntl.flock(fd, fcntl.LOCK_UN)
             finally:
                 os.close(fd)
+
+
+def _flock_holders(dev: int, ino: int) -> list[str]:
+    """Pids holding a ``flock`` on the file (``dev``, ``ino``), from the kernel's ``/proc/locks``."""
+    try:
+        with open("/proc/locks", encoding="ascii", errors="replace") as f:
+            lines = f.read().splitlines()
+    except OSError as exc:
+        raise LockBackendError(
+            f"cannot tell whether the flock is held without taking it: /proc/locks: {exc.strerror or exc}"
+        ) from None
+    wanted = (os.major(dev), os.minor(dev), ino)
+    pids = []
+    for line in lines:
+        fields = line.split()
+        # "N: FLOCK ADVISORY WRITE PID MAJ:MIN:INODE START END"; a waiter has "->" after "N:"
+        if len(fields) < 6 or fields[1] != "FLOCK":
+            continue
+        try:
+            major, minor, inode = fields[5].split(":")
+            where = (int(major, 16), int(minor, 16), int(inode))
+        except ValueError:
+            continue
+        if where == wanted:
+            pids.append(fields[4])
+    return pids
 
 
 def lock_from_option(

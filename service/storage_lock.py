@@ -57,6 +57,9 @@ hoodied's own additions (Hudi writers neither read nor change them):
   counter never hands out an old token (milliseconds would not do: a fast store, or the
   in-memory one, hands over the lock more than once per millisecond).
 - A lock file hoodied cannot parse is neither taken over nor overwritten: ``HoodieFormatError``.
+- ``holder()`` (``hoodied inspect``) only reads the lock file: a file marked ``expired`` was
+  released and counts as free; otherwise its owner and ``validUntil``, expired by Hudi's rule above
+  when the reader's clock is past ``validUntil`` + 500 ms (a dangling lock).
 - At interpreter exit, locks still held are released (Hudi's provider registers a JVM shutdown
   hook that expires its lock), so a command that ends without releasing does not keep Hudi
   writers out for a whole validity period. A killed process leaves its lock to run out.
@@ -75,7 +78,16 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from hoodied.hoodie.errors import HoodieFormatError, PreconditionFailedError, StorageError
-from hoodied.hoodie.locks import LockBackendError, LockSettings, TableLockBase, lock_key
+from hoodied.hoodie.locks import (
+    DEFAULT_INSPECT_TIMEOUT_S,
+    LockBackendError,
+    LockHolder,
+    LockLocation,
+    LockSettings,
+    TableLockBase,
+    lock_key,
+    utc_from_ms,
+)
 from hoodied.hoodie.object_storage import ObjectStorage, ObjectVersion
 
 log = logging.getLogger(__name__)
@@ -218,6 +230,26 @@ class StorageBasedLock(TableLockBase):
 
     def _describe(self) -> str:
         return f"storage lock {self._where}"
+
+    def location(self) -> LockLocation:
+        return LockLocation("storage", self._where)
+
+    def holder(self, timeout_s: float = DEFAULT_INSPECT_TIMEOUT_S) -> LockHolder | None:
+        """The lock file's owner, read-only; the object store's own timeouts bound the read."""
+        current = self._read()
+        if current is None:
+            return None
+        data = current[0]
+        if data.expired:
+            return None  # released (Hudi's unlock writes expired: true and keeps the file)
+        dangling = not data.held_at(_now_ms())
+        return LockHolder(
+            owner=data.owner or "",
+            location=self.location(),
+            until=utc_from_ms(data.valid_until_ms),
+            expired=dangling,
+            detail=f"past validUntil + {CLOCK_DRIFT_BUFFER_MS} ms: anyone may take it" if dangling else None,
+        )
 
     # ------------------------------------------------------------ acquire
 

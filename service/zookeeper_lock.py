@@ -69,6 +69,10 @@ hoodied's own rules (Hudi writers neither see nor need them):
   connected (not SUSPENDED, LOST or read-only), our node must exist, be owned by our session
   (``ephemeralOwner``) and still sort first among the children. Anything else, or an error while
   asking, is a loss. A LOST session seen by the connection listener marks the lock lost at once.
+- ``holder()`` (``hoodied inspect``) opens its own short session, lists the lock path's children
+  and reads the first in Curator's order: its data (Hudi's ``application_id=...``) is the owner,
+  its ``ctime`` (server clock) when the holding began. It creates nothing, not even the lock path.
+  An ephemeral node never looks expired: ZooKeeper removes it with its session.
 - Fencing token: the ``czxid`` of our node (the ZooKeeper transaction id that created it). Holders
   take the lock in node order and each node was created after the ones before it, and zxids only
   grow on an ensemble, so each new holder's token is larger than every earlier holder's. The
@@ -103,7 +107,16 @@ from kazoo.handlers.threading import KazooTimeoutError  # type: ignore[import-un
 from kazoo.protocol.states import KeeperState  # type: ignore[import-untyped]
 
 from hoodied.hoodie.errors import LockConfigError
-from hoodied.hoodie.locks import LockBackendError, LockSettings, TableLockBase, lock_key
+from hoodied.hoodie.locks import (
+    DEFAULT_INSPECT_TIMEOUT_S,
+    LockBackendError,
+    LockHolder,
+    LockLocation,
+    LockSettings,
+    TableLockBase,
+    lock_key,
+    utc_from_ms,
+)
 from hoodied.hoodie.properties import read_table_properties
 from hoodied.hoodie.storage import Storage
 
@@ -112,6 +125,9 @@ log = logging.getLogger(__name__)
 # output with them. Its warnings (connection dropped, session expired) still show.
 _KAZOO_LOG = logging.getLogger(f"{__name__}.kazoo")
 _KAZOO_LOG.setLevel(logging.WARNING)
+# holder() reports an unreachable server itself, in one line: kazoo's own retry warnings would repeat it
+_KAZOO_INSPECT_LOG = logging.getLogger(f"{__name__}.kazoo.inspect")
+_KAZOO_INSPECT_LOG.setLevel(logging.ERROR)
 
 __all__ = [
     "LOCK_NAME",
@@ -272,6 +288,52 @@ class ZooKeeperLock(TableLockBase):
 
     def _holder(self) -> str | None:
         return self._last_holder
+
+    def location(self) -> LockLocation:
+        return LockLocation("zookeeper", f"zookeeper://{self.config.hosts}{self.config.lock_path}")
+
+    def holder(self, timeout_s: float = DEFAULT_INSPECT_TIMEOUT_S) -> LockHolder | None:
+        """The first lock node and its data, read in a session of its own (see the module docstring)."""
+        cfg = self.config
+        client = KazooClient(
+            hosts=cfg.hosts,
+            timeout=cfg.session_timeout_ms / 1000,
+            # retried until start() gives up after timeout_s (a first connect may be dropped at once)
+            connection_retry={"max_tries": -1, "max_delay": 0.5},
+            logger=_KAZOO_INSPECT_LOG,
+        )
+        try:
+            try:
+                client.start(timeout=timeout_s)
+            except _ERRORS as exc:
+                why = exc or type(exc).__name__
+                raise LockBackendError(
+                    f"{cfg.hosts}: no ZooKeeper connection within {timeout_s:g} s ({why})"
+                ) from None
+            for _ in range(5):  # the first node may go between listing and reading it: look again
+                try:
+                    children = client.get_children_async(cfg.lock_path).get(timeout=timeout_s)
+                except NoNodeError:
+                    return None
+                if not children:
+                    return None
+                first = min(children, key=curator_sort_key)
+                try:
+                    data, stat = client.get_async(f"{cfg.lock_path}/{first}").get(timeout=timeout_s)
+                except NoNodeError:
+                    continue
+                waiting = len(children) - 1
+                return LockHolder(
+                    owner=data.decode(errors="replace") or first,
+                    location=self.location(),
+                    since=utc_from_ms(stat.ctime),
+                    detail=f"node {first}, session {stat.ephemeralOwner:#x}, {waiting} waiting",
+                )
+            raise LockBackendError(f"{cfg.hosts}{cfg.lock_path}: lock nodes kept changing while being read")
+        except _ERRORS as exc:
+            raise LockBackendError(f"{cfg.hosts}: {type(exc).__name__}: {exc}".rstrip(": ")) from None
+        finally:
+            self._close(client)
 
     # ------------------------------------------------------------ session
 

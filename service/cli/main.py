@@ -31,6 +31,7 @@ from hoodied.hoodie.errors import (
 from hoodied.hoodie.timeline.instant import is_instant_time
 from hoodied.service.cli.archive import archive
 from hoodied.service.cli.daemon import config, run, status
+from hoodied.service.cli.options import lock_options
 from hoodied.service.cli.schedule import schedule
 from hoodied.service.cli.services import execute, rollback
 from hoodied.service.logs import configure_logging
@@ -167,15 +168,34 @@ def timeline(table: str, as_json: bool, history: bool) -> None:
         )
 
 
-@cli.command(short_help="Describe a table: config, files, pending services, metadata table.")
+def _lock_option(fn: Any) -> Any:
+    """The ``--lock`` option of the timeline writers (``lock_options``), alone: the same values and
+    default; its wait, retry and clock-skew companions mean nothing to a command that only looks."""
+    probe = lock_options(lambda: None)
+    (option,) = [p for p in getattr(probe, "__click_params__", []) if p.name == "lock_option"]
+    if not hasattr(fn, "__click_params__"):
+        fn.__click_params__ = []
+    fn.__click_params__.append(option)
+    return fn
+
+
+@cli.command(short_help="Describe a table: config, files, pending services, metadata table, lock.")
 @click.argument("table")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
-def inspect(table: str, as_json: bool) -> None:
+@_lock_option
+def inspect(table: str, as_json: bool, lock_option: str) -> None:
     """Describe TABLE: configuration, partitions, file groups, file slices and log files,
-    pending table services, metadata-table partitions and listing drift (MDT vs storage)."""
-    from hoodied.service.cli.report import inspect_table, render_inspect
+    pending table services, metadata-table partitions and listing drift (MDT vs storage), and
+    the table lock --lock names: where it lives and who holds it now (read without taking it),
+    plus Apache Hudi lock files on the table that this lock does not take."""
+    from hoodied.service.cli.report import inspect_table, lock_report, render_inspect
 
-    report = inspect_table(_open(table))
+    hoodie_table = _open(table)
+    report = inspect_table(hoodie_table)
+    try:
+        report["lock"] = lock_report(hoodie_table, lock_option)
+    except ValueError as exc:  # a --lock value of the wrong form
+        raise click.BadParameter(str(exc).removeprefix("--lock "), param_hint="--lock") from None
     if as_json:
         _echo_json(report)
     else:

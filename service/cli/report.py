@@ -2,6 +2,15 @@
 
 Pure functions over a ``HoodieTable``; the CLI only prints what they return, so the
 same data serves ``--json`` and the human-readable text.
+
+The inspect report's ``lock`` section (``lock_report``) names the lock ``--lock`` chooses and
+who holds it, read without taking it (``hoodie.locks.InspectableLock``); a lock service that does
+not answer is one line there, not a failed command. It also looks for Apache Hudi's own lock
+files that the chosen lock does not take: ``.hoodie/.locks/table_lock.json``
+(``StorageBasedLockProvider``; kept after release, so it means "a writer used it") and
+``.hoodie/lock`` / ``.hoodie/.aux/lock`` (``FileSystemBasedLockProvider``; removed on release, so
+it means "held now, or left by a dead writer"). Either means Hudi writers may lock the table
+with something hoodied does not take: the two would not exclude each other.
 """
 
 from __future__ import annotations
@@ -11,19 +20,32 @@ import os
 import sys
 import tempfile
 from collections import Counter
+from datetime import datetime
 from typing import Any
 
 import click
 import pyarrow.parquet as pq
 
+from hoodied.hoodie.errors import HoodieFormatError
 from hoodied.hoodie.filenames import writer_instant
+from hoodied.hoodie.locks import InspectableLock, LockBackendError, LockHolder
 from hoodied.hoodie.metadata.compaction import deltas_since_last_compaction
 from hoodied.hoodie.metadata.reader import ListingDrift, listing_drift
 from hoodied.hoodie.table import HoodieTable, Listing
 from hoodied.hoodie.timeline.active import Timeline
 from hoodied.hoodie.timeline.instant import Action, Instant
+from hoodied.service.fs_lock import FileSystemLock
+from hoodied.service.storage_lock import LOCK_FILE as STORAGE_LOCK_FILE
+from hoodied.service.storage_lock import StorageBasedLock
 
-__all__ = ["committed_listing_drift", "inspect_table", "render_inspect", "timeline_rows", "write_snapshot"]
+__all__ = [
+    "committed_listing_drift",
+    "inspect_table",
+    "lock_report",
+    "render_inspect",
+    "timeline_rows",
+    "write_snapshot",
+]
 
 
 def _plan_summary(timeline: Timeline, instant: Instant) -> str | None:
@@ -49,7 +71,7 @@ def timeline_rows(table: HoodieTable) -> list[dict[str, Any]]:
 
 
 def inspect_table(table: HoodieTable) -> dict[str, Any]:
-    """The facts ``hoodied inspect`` shows, as plain data."""
+    """The facts ``hoodied inspect`` shows, as plain data (the ``lock`` section: ``lock_report``)."""
     cfg = table.config
     listing: Listing = "metadata" if table.uses_metadata_listing() else "storage"
     view = table.file_system_view(listing=listing)
@@ -106,6 +128,125 @@ def inspect_table(table: HoodieTable) -> dict[str, Any]:
         "metadata_table": _metadata_report(table),
     }
     return report
+
+
+# Hudi's lock files hoodied can see on a table: (path, the --lock that takes it, what it means).
+_HUDI_LOCK_FILES = (
+    (
+        STORAGE_LOCK_FILE,
+        "storage",
+        "Hudi's storage-based lock file present: writers may use StorageBasedLockProvider; "
+        "use --lock storage",
+    ),
+    (
+        ".hoodie/lock",
+        "filesystem",
+        "Hudi's file-system lock file .hoodie/lock present: writers may use FileSystemBasedLockProvider; "
+        "use --lock filesystem",
+    ),
+    (
+        ".hoodie/.aux/lock",
+        "filesystem",
+        "Hudi's file-system lock file .hoodie/.aux/lock present: "
+        "writers may use FileSystemBasedLockProvider; use --lock filesystem",
+    ),
+)
+
+
+def lock_report(table: HoodieTable, lock_option: str) -> dict[str, Any]:
+    """The ``lock`` section: which lock ``lock_option`` chooses, who holds it, Hudi lock files it
+    does not take. Read-only. A bad ``lock_option`` raises (``ValueError``, ``LockConfigError``);
+    a lock service that does not answer is reported in the section (``state: unreachable``)."""
+    # the lock clients (redis, kazoo) load only for the command that looks at a lock
+    from hoodied.service.locks import lock_from_option
+
+    lock, factory = lock_from_option(lock_option, table.storage)
+    try:
+        if not isinstance(lock, InspectableLock):
+            raise TypeError(f"{type(lock).__name__} cannot be inspected")  # every --lock backend can
+        location = lock.location()
+        out: dict[str, Any] = {
+            "option": lock_option,
+            "kind": location.kind,
+            "where": location.where,
+            "state": "free",
+            "holder": None,
+            "error": None,
+            "warnings": _untaken_hudi_lock_files(table, lock),
+        }
+        try:
+            holder = lock.holder()
+        except LockBackendError as exc:
+            out["state"], out["error"] = "unreachable", str(exc)
+            return out
+        except HoodieFormatError as exc:
+            out["state"], out["error"] = "unreadable", str(exc)
+            return out
+        if holder is not None:
+            out["state"] = "expired" if holder.expired else "held"
+            out["holder"] = _holder_dict(holder)
+        return out
+    finally:
+        if factory is not None:
+            factory.close()
+
+
+def _untaken_hudi_lock_files(table: HoodieTable, lock: object) -> list[str]:
+    """Warnings for Hudi lock files present on the table that ``lock`` does not take."""
+    taken: set[str] = set()
+    if isinstance(lock, FileSystemLock):
+        paths = {os.path.abspath(p) for p in lock.paths}
+        for rel, kind, _ in _HUDI_LOCK_FILES:
+            local = table.storage.local_path(rel)
+            if kind == "filesystem" and local is not None and os.path.abspath(local) in paths:
+                taken.add(rel)
+    elif isinstance(lock, StorageBasedLock):
+        taken = {STORAGE_LOCK_FILE}
+    return [message for rel, _, message in _HUDI_LOCK_FILES if rel not in taken and table.storage.exists(rel)]
+
+
+def _iso(moment: datetime | None) -> str | None:
+    return moment.isoformat(timespec="milliseconds") if moment is not None else None
+
+
+def _holder_dict(holder: LockHolder) -> dict[str, Any]:
+    return {
+        "owner": holder.owner,
+        "where": holder.location.where,
+        "since": _iso(holder.since),
+        "until": _iso(holder.until),
+        "lease_ms": holder.lease_ms,
+        "expired": holder.expired,
+        "detail": holder.detail,
+    }
+
+
+def _render_lock(lock: dict[str, Any]) -> list[str]:
+    kind, where = lock["kind"], lock["where"]
+    label = where if where.startswith(f"{kind}://") else f"{kind} {where}"
+    if lock["state"] in ("unreachable", "unreadable"):
+        lines = [f"lock           {label} {lock['state']}: {lock['error']}"]
+    elif lock["holder"] is None:
+        lines = [f"lock           {label}: free"]
+    else:
+        h = lock["holder"]
+        parts = [f"held by {' '.join(str(h['owner']).split())}"]
+        if h["where"] != where:
+            parts.append(f"in {h['where']}")
+        if h["since"]:
+            parts.append(f"since {h['since']}")
+        if h["until"]:
+            parts.append(f"until {h['until']}")
+        if h["lease_ms"] is not None:
+            parts.append(f"lease {h['lease_ms']} ms")
+        text = ", ".join(parts)
+        if h["detail"]:
+            text += f" ({h['detail']})"
+        if h["expired"]:
+            text += f"; expired by {kind}'s rule"
+        lines = [f"lock           {label}: {text}"]
+    lines.extend(f"lock warning   {w}" for w in lock["warnings"])
+    return lines
 
 
 def _metadata_report(table: HoodieTable) -> dict[str, Any]:
@@ -212,6 +353,8 @@ def render_inspect(report: dict[str, Any]) -> str:
         if "drift" in mdt:
             d = mdt["drift"]
             lines.append(f"listing drift  {d['summary']}")
+    if "lock" in report:
+        lines.extend(_render_lock(report["lock"]))
     return "\n".join(lines)
 
 
