@@ -26,7 +26,7 @@ from typing import Any
 import click
 import pyarrow.parquet as pq
 
-from hoodied.hoodie.errors import HoodieFormatError
+from hoodied.hoodie.errors import HoodieFormatError, HoodieServiceError
 from hoodied.hoodie.filenames import writer_instant
 from hoodied.hoodie.locks import InspectableLock, LockBackendError, LockHolder
 from hoodied.hoodie.metadata.compaction import deltas_since_last_compaction
@@ -34,6 +34,7 @@ from hoodied.hoodie.metadata.reader import ListingDrift, listing_drift
 from hoodied.hoodie.table import HoodieTable, Listing
 from hoodied.hoodie.timeline.active import Timeline
 from hoodied.hoodie.timeline.instant import Action, Instant
+from hoodied.planners.archival import ArchivalSettings, mdt_state, plan_archival
 from hoodied.service.fs_lock import FileSystemLock
 from hoodied.service.storage_lock import LOCK_FILE as STORAGE_LOCK_FILE
 from hoodied.service.storage_lock import StorageBasedLock
@@ -126,6 +127,7 @@ def inspect_table(table: HoodieTable) -> dict[str, Any]:
         },
         "pending_table_services": pending,
         "metadata_table": _metadata_report(table),
+        "archival": _archival_report(table),
     }
     return report
 
@@ -312,6 +314,25 @@ def committed_listing_drift(table: HoodieTable) -> ListingDrift:
     return listing_drift(storage_side, table.list_files("metadata"))
 
 
+def _archival_report(table: HoodieTable) -> dict[str, Any]:
+    """What ``hoodied archive`` would do now with Hudi's default settings (reads only): how many
+    instants would move, and the boundary that stops archival there, with its reason."""
+    try:
+        plan = plan_archival(table.timeline, table.config, ArchivalSettings(),
+                             mdt_state(table.storage, table.config))
+    except HoodieServiceError as exc:
+        return {"error": str(exc).splitlines()[0] if str(exc) else type(exc).__name__}
+    return {
+        "active_instants": len(table.timeline.instants),
+        "instants_to_archive": len(plan.instants),
+        "completed_commits": plan.completed_commits,
+        "keep": [plan.min_to_keep, plan.max_to_keep],
+        "stops_at": plan.stop.instant,
+        "reason": plan.stop.reason.value,
+        "detail": plan.stop.detail,
+    }
+
+
 def render_inspect(report: dict[str, Any]) -> str:
     t, tl, f, mdt = report["table"], report["timeline"], report["files"], report["metadata_table"]
     lines = [
@@ -329,6 +350,16 @@ def render_inspect(report: dict[str, Any]) -> str:
         f"{f['base_files']} base files and {f['log_files']} log files in latest slices "
         f"(listed from {f['listing']})",
     ]
+    arch = report["archival"]
+    if "error" in arch:
+        lines.append(f"archival       cannot tell: {arch['error']}")
+    else:
+        at = f" at {arch['stops_at']}" if arch["stops_at"] else ""
+        lines.append(
+            f"archival       {arch['instants_to_archive']} of {arch['active_instants']} active instants "
+            f"would move with Hudi's defaults (keep {arch['keep'][0]}..{arch['keep'][1]} commits); "
+            f"stops{at}: {arch['reason']} ({arch['detail']})"
+        )
     if report["pending_table_services"]:
         lines.append("pending")
         for p in report["pending_table_services"]:

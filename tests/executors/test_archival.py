@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import shutil
 from collections import Counter
 from dataclasses import dataclass
@@ -351,6 +352,27 @@ def test_cli_dry_run_then_archive(tmp_path: Path) -> None:
     assert len(timeline_files(built.root)) == 4 * 3
     bad = run(cli, ["archive", str(built.root), "-o", "hoodie.keep.max.commits=x"])
     assert bad.exit_code == 2 and "hoodie.keep.max.commits=x" in bad.output
+
+
+def test_inspect_reports_what_archival_would_do(tmp_path: Path) -> None:
+    built = new_table(tmp_path / "t", 8, TableType.COPY_ON_WRITE)
+    write_commits(built, 35)
+    root = str(built.root)
+    run = CliRunner().invoke
+    dry = run(cli, ["archive", root, "--dry-run"])
+    assert dry.exit_code == 0, dry.output
+    moved = re.match(r"dry run: (\d+) instants to archive", dry.output)
+    assert moved is not None, dry.output
+    report = run(cli, ["inspect", root, "--json"])
+    assert report.exit_code == 0, report.output
+    arch = json.loads(report.output)["archival"]
+    assert arch["instants_to_archive"] == int(moved.group(1)) > 0
+    assert arch["keep"] == [20, 30] and f"stops at {arch['reason']} at {arch['stops_at']}" in dry.output
+    text = run(cli, ["inspect", root])
+    assert f"archival       {moved.group(1)} of {arch['active_instants']} active instants" in text.output
+    assert run(cli, ["archive", root]).exit_code == 0
+    after = json.loads(run(cli, ["inspect", root, "--json"]).output)["archival"]
+    assert after["instants_to_archive"] == 0 and after["active_instants"] < arch["active_instants"]
 
 
 # ---------------------------------------------------------------------------- kill -9

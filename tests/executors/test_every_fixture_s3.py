@@ -91,7 +91,10 @@ def inspect_json(table: str) -> dict[str, Any]:
     done = hoodied("inspect", table, "--json")
     assert done.exit_code == 0, done.output
     report: dict[str, Any] = json.loads(done.stdout)
-    assert report["table"].pop("base_path") == table  # the one difference between the copies
+    # the differences between the copies: the base path, and the lock each storage takes by default
+    assert report["table"].pop("base_path") == table
+    lock = report.pop("lock")
+    assert (lock["kind"], lock["state"]) == ("storage" if table.startswith("s3") else "local", "free"), lock
     return report
 
 

@@ -45,9 +45,10 @@ def test_timeline_inspect_and_read_on_s3(fid: str, s3_env: MotoServer, tmp_path:
             remote, here = _hoodied(command, uri, "--json"), _hoodied(command, str(local), "--json")
             assert remote.returncode == 0 == here.returncode, remote.stderr + here.stderr
             theirs, ours = json.loads(remote.stdout), json.loads(here.stdout)
-            if command == "inspect":  # the base path is the one difference
+            if command == "inspect":  # the base path and the default lock are the differences
                 assert theirs["table"].pop("base_path") == uri
                 assert ours["table"].pop("base_path") == str(local)
+                assert (theirs.pop("lock")["kind"], ours.pop("lock")["kind"]) == ("storage", "local")
             assert theirs == ours
         out = tmp_path / f"{scheme}.parquet"
         done = _hoodied("read", uri, "--output", str(out))
