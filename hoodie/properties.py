@@ -45,6 +45,7 @@ __all__ = [
     "parse_java_properties",
     "partition_metadata_text",
     "properties_text",
+    "read_table_name",
     "read_table_properties",
     "table_checksum",
 ]
@@ -506,6 +507,12 @@ def read_table_properties(storage: Storage) -> tuple[dict[str, str], str]:
         raise TableNotFoundError(f"{storage.base_uri}: not a Hudi table (no {PROPERTIES_FILE})")
     assert first_error is not None
     raise first_error
+
+
+def read_table_name(storage: Storage) -> str | None:
+    """The table's ``hoodie.table.name`` as written, without validating the rest of the config: what
+    Hudi's ZooKeeper and DynamoDB lock providers infer their lock key from."""
+    return read_table_properties(storage)[0].get("hoodie.table.name")
 
 
 def load_table_config(storage: Storage, *, metadata_table: bool = False) -> TableConfig:

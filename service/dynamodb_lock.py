@@ -89,6 +89,7 @@ hoodied's own additions (the lock client and Hudi writers neither read nor chang
 from __future__ import annotations
 
 import atexit
+import functools
 import logging
 import os
 import socket
@@ -115,7 +116,7 @@ from hoodied.hoodie.locks import (
     TableLockBase,
     lock_key,
 )
-from hoodied.hoodie.properties import read_table_properties
+from hoodied.hoodie.properties import read_table_name
 from hoodied.hoodie.storage import Storage
 
 log = logging.getLogger(__name__)
@@ -731,12 +732,8 @@ def dynamodb_lock_from_url(url: str, storage: Storage, settings: LockSettings | 
     Without ``partition_key`` in the URL the key is the table's ``hoodie.table.name``, as Hudi infers it.
     """
 
-    def table_name() -> str | None:
-        props, _ = read_table_properties(storage)
-        return props.get("hoodie.table.name")
-
     try:
-        config = DynamoDBLockConfig.from_url(url, table_name)
+        config = DynamoDBLockConfig.from_url(url, functools.partial(read_table_name, storage))
     except ValueError as exc:
         raise ValueError(f"--lock {exc}") from None
     return DynamoDBLock(storage.base_uri, config, settings)

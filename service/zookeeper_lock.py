@@ -84,6 +84,7 @@ hoodied's own rules (Hudi writers neither see nor need them):
 from __future__ import annotations
 
 import atexit
+import functools
 import logging
 import os
 import socket
@@ -117,7 +118,7 @@ from hoodied.hoodie.locks import (
     lock_key,
     utc_from_ms,
 )
-from hoodied.hoodie.properties import read_table_properties
+from hoodied.hoodie.properties import read_table_name
 from hoodied.hoodie.storage import Storage
 
 log = logging.getLogger(__name__)
@@ -533,12 +534,8 @@ def zookeeper_lock_from_url(
     Without ``lock_key`` in the URL the lock key is the table's ``hoodie.table.name``, as Hudi infers it.
     """
 
-    def table_name() -> str | None:
-        props, _ = read_table_properties(storage)
-        return props.get("hoodie.table.name")
-
     try:
-        config = ZooKeeperLockConfig.from_url(url, table_name)
+        config = ZooKeeperLockConfig.from_url(url, functools.partial(read_table_name, storage))
     except ValueError as exc:
         raise ValueError(f"--lock {exc}") from None
     return ZooKeeperLock(storage.base_uri, config, settings)
