@@ -18,8 +18,6 @@ import os
 import re
 import shutil
 import signal
-import subprocess
-import sys
 import time
 import uuid
 from collections import Counter
@@ -51,10 +49,9 @@ from hoodied.service.failed_writes import (
     rollback_failed_writes,
     schedule_clean_after_failed_writes,
 )
-from tests.executors.test_clean_crash import _wait_ready
+from tests.helpers.crash_driver import kill_group, start_paused
 from tests.helpers.mor_tables import hudi_rs_rows
 
-PROJECT = Path(__file__).resolve().parents[2]
 FAST = TimeSettings(max_expected_clock_skew_ms=5)
 LAZY = {"hoodie.cleaner.policy.failed.writes": "LAZY"}
 
@@ -571,16 +568,7 @@ def test_v6_kill_9_then_the_next_clean_writes_one_command_block(point: str, hudi
     root = hudi_table(V6_MOR)
     rows = hudi_rs_rows(root)
     t, appended, _ = _fail_v6_append(root)
-    ready = tmp_path / "ready"
-    env = dict(os.environ, PYTHONPATH=str(PROJECT), HOODIED_TEST_PAUSE_AT=point,
-               HOODIED_TEST_PAUSE_READY=str(ready), HOODIED_TEST_PAUSE_S="60")
-    proc = subprocess.Popen([sys.executable, "-c", _SCRIPT, str(root)], env=env, cwd=PROJECT,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    try:
-        _wait_ready(proc, ready)
-    finally:
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.communicate(timeout=30)
+    kill_group(start_paused(_SCRIPT, [str(root)], point, tmp_path / "ready"))
     storage = LocalStorage(str(root))
     (result,) = rollback_failed_writes(storage, InProcessLock(storage.base_uri), LAZY, time_settings=FAST)
     assert result.target_time == t
@@ -639,18 +627,12 @@ def test_kill_9_during_the_rollback_then_the_next_clean_converges(point: str, hu
     root = hudi_table(V9_MOR_MDT)
     rows = hudi_rs_rows(root)
     t, action, written = fail_a_write(root)
-    ready = tmp_path / "ready"
-    env = dict(os.environ, PYTHONPATH=str(PROJECT), HOODIED_TEST_PAUSE_AT=point,
-               HOODIED_TEST_PAUSE_READY=str(ready), HOODIED_TEST_PAUSE_S="60")
-    proc = subprocess.Popen([sys.executable, "-c", _SCRIPT, str(root)], env=env, cwd=PROJECT,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = start_paused(_SCRIPT, [str(root)], point, tmp_path / "ready")
     try:
-        _wait_ready(proc, ready)
         target_files = [p.name for p in _timeline_dir(root).iterdir() if p.name.startswith(t)]
         assert (target_files == []) is (point == "target-deleted")
     finally:
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.communicate(timeout=30)
+        kill_group(proc)
     assert proc.returncode == -signal.SIGKILL
     assert _rows_everywhere(root, tmp_path) == (rows, rows)  # readers never see a half state
     storage = LocalStorage(str(root))
