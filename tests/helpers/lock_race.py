@@ -1,7 +1,8 @@
 """Two real processes racing for one table lock, each holding it ``n`` times.
 
-Each process runs a worker snippet (``python -c code *args log start n``) that waits for the file
-``start``, then ``n`` times takes the lock and appends ``enter <pid> <token>`` and ``exit <pid>
+Each process runs ``python -c <lock_setup + the race loop> *args log start n``: ``lock_setup``
+builds the lock as ``lock`` from its own ``args`` (``sys.argv[1:-3]``); the loop waits for the
+file ``start``, then ``n`` times takes the lock and appends ``enter <pid> <token>`` and ``exit <pid>
 <token>`` lines to ``log`` (opened with ``O_APPEND``, so lines of both processes interleave in the
 order they happened). ``race`` starts both, lets them go at once and checks that no holding
 overlapped another; it returns the fencing tokens in holding order.
@@ -17,12 +18,27 @@ from pathlib import Path
 
 __all__ = ["race"]
 
+_LOOP = """
+import os, sys, time
+log, start, n = sys.argv[-3:]
+fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+while not os.path.exists(start):
+    time.sleep(0.005)
+for _ in range(int(n)):
+    token = lock.acquire()
+    os.write(fd, f"enter {os.getpid()} {token}\\n".encode())
+    time.sleep(0.003)
+    lock.ensure_held()
+    os.write(fd, f"exit {os.getpid()} {token}\\n".encode())
+    lock.release()
+"""
 
-def race(code: str, args: list[str], tmp_path: Path, n: int, *, timeout: float) -> list[int]:
+
+def race(lock_setup: str, args: list[str], tmp_path: Path, n: int, *, timeout: float) -> list[int]:
     """Run the race (see the module docstring); the tokens, each holder's enter followed by its exit."""
     log, start = tmp_path / "holdings.log", tmp_path / "start"
     procs = [
-        subprocess.Popen([sys.executable, "-c", code, *args, str(log), str(start), str(n)],
+        subprocess.Popen([sys.executable, "-c", lock_setup + _LOOP, *args, str(log), str(start), str(n)],
                          cwd=tmp_path, env=dict(os.environ), stderr=subprocess.PIPE, text=True)
         for _ in range(2)
     ]

@@ -427,24 +427,15 @@ def test_an_item_that_is_not_a_lock_client_item_is_never_taken(
 
 # ---------------------------------------------------------------- processes
 
+#: The lock each process of the race builds (``tests.helpers.lock_race`` runs the race).
 _WORKER = """
-import os, sys, time
+import sys
 from hoodied.hoodie.locks import LockSettings
 from hoodied.service.dynamodb_lock import DynamoDBLock, DynamoDBLockConfig
 
-endpoint, table, log, start, n = sys.argv[1:6]
+endpoint, table = sys.argv[1:3]
 config = DynamoDBLockConfig(table, "race", "us-east-1", endpoint, refresh_ms=10)
 lock = DynamoDBLock("/tables/race", config, LockSettings(wait_ms=60_000, retries=0, lease_ms=5_000))
-fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-while not os.path.exists(start):
-    time.sleep(0.005)
-for _ in range(int(n)):
-    token = lock.acquire()
-    os.write(fd, f"enter {os.getpid()} {token}\\n".encode())
-    time.sleep(0.003)
-    lock.ensure_held()
-    os.write(fd, f"exit {os.getpid()} {token}\\n".encode())
-    lock.release()
 """
 
 

@@ -371,25 +371,16 @@ def test_killed_curator_holder_frees_the_lock_when_its_session_expires(
 
 # ---------------------------------------------------------------- hoodied processes racing
 
+#: The lock each process of the race builds (``tests.helpers.lock_race`` runs the race).
 _WORKER = """
-import os, sys, time
+import sys
 from hoodied.hoodie.locks import LockSettings
 from hoodied.hoodie.storage import LocalStorage
 from hoodied.service.locks import lock_from_option
 
-url, table, log, start, n = sys.argv[1:6]
+url, table = sys.argv[1:3]
 settings = LockSettings(wait_ms=30_000, retries=0, retry_interval_ms=0)
 lock, _ = lock_from_option(url, LocalStorage(table), settings)
-fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-while not os.path.exists(start):
-    time.sleep(0.005)
-for _ in range(int(n)):
-    token = lock.acquire()
-    os.write(fd, f"enter {os.getpid()} {token}\\n".encode())
-    time.sleep(0.003)
-    lock.ensure_held()
-    os.write(fd, f"exit {os.getpid()} {token}\\n".encode())
-    lock.release()
 """
 
 
