@@ -2,7 +2,8 @@
 
 ``hoodied(...)`` starts the command line as a subprocess of this checkout (``HOODIED_TEST_*``
 hooks of the calling environment are not inherited, so each test sets its own); ``events``
-parses its JSON log lines; ``get`` asks its HTTP endpoint; ``wait_for`` polls a condition
+parses its JSON log lines; ``replicas_once`` runs replicas of ``run --once`` side by side;
+``get`` asks its HTTP endpoint; ``wait_for`` polls a condition
 with a deadline; ``timeline`` / ``service_instants`` read a table's timeline as it is on disk.
 """
 
@@ -15,6 +16,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -90,6 +92,28 @@ def stop(proc: subprocess.Popen[str], timeout: float = 20) -> tuple[int, str]:
         proc.kill()
         _, err = proc.communicate()
     return proc.returncode, err
+
+
+#: The job outcomes of replicas sharing work without faults.
+CLEAN_RUN_OUTCOMES = frozenset({"planned", "nothing_due", "success", "claimed", "already_done"})
+
+
+def replicas_once(
+    config: Path, count: int, timeout: float
+) -> tuple[list[dict[str, Any]], Counter[tuple[str, str]]]:
+    """``count`` replicas of ``hoodied run --config CONFIG --once`` at once; each must exit 0, every
+    job end with an outcome of ``CLEAN_RUN_OUTCOMES`` and no instant succeed twice. Returns the
+    ``job ended`` events of all replicas and the successful executions by (table, instant)."""
+    replicas = [hoodied("run", "--config", str(config), "--once") for _ in range(count)]
+    results = [p.communicate(timeout=timeout) for p in replicas]
+    for p, (_, err) in zip(replicas, results, strict=True):
+        assert p.returncode == 0, err[-4000:]
+    ended = [e for _, err in results for e in events(err) if e.get("event") == "job ended"]
+    assert not {e["outcome"] for e in ended} - CLEAN_RUN_OUTCOMES
+    executed = Counter((e["table"], e["instant"]) for e in ended
+                       if e["kind"] == "execute" and e["outcome"] == "success")
+    assert set(executed.values()) <= {1}, [k for k, n in executed.items() if n > 1]
+    return ended, executed
 
 
 def timeline(root: Path) -> Timeline:

@@ -37,6 +37,7 @@ from tests.helpers.daemon_procs import (
     get,
     get_or_none,
     hoodied,
+    replicas_once,
     service_instants,
     stop,
     timeline,
@@ -136,17 +137,8 @@ def test_twenty_tables_two_replicas_execute_every_instant_exactly_once(
     config = _config(tmp_path / "hoodied.yaml", tables=entries, lock=redis_server.url, http="off",
                      concurrency={"workers": 2})
 
-    replicas = [hoodied("run", "--config", str(config), "--once") for _ in range(2)]
-    results = [p.communicate(timeout=240) for p in replicas]
-    for p, (_, err) in zip(replicas, results, strict=True):
-        assert p.returncode == 0, err[-4000:]
-
-    ended = [e for _, err in results for e in events(err) if e.get("event") == "job ended"]
-    allowed = {"planned", "nothing_due", "success", "claimed", "already_done"}
-    assert not {e["outcome"] for e in ended} - allowed
-    executed = Counter((e["table"], e["instant"]) for e in ended
-                       if e["kind"] == "execute" and e["outcome"] == "success")
-    assert set(executed.values()) == {1}, [k for k, n in executed.items() if n > 1]
+    ended, executed = replicas_once(config, 2, 240)
+    assert set(executed.values()) == {1}
     for root in tables:
         new = [i for i in timeline(root).instants if i.requested_time not in existing[root]]
         comps = [i for i in new if i.action is Action.COMPACTION]

@@ -26,7 +26,7 @@ from hoodied.hoodie.timeline.instant import Action, State
 from hoodied.hoodie.timeline.truetime import TimeSettings
 from hoodied.planners.clean import CleanSettings, schedule_clean
 from hoodied.planners.compaction import schedule_compaction
-from tests.helpers.daemon_procs import events, hoodied
+from tests.helpers.daemon_procs import replicas_once
 from tests.helpers.fixtures import require_fixture, unzip_table
 from tests.helpers.mor_tables import hudi_rs_rows, written_mor_table
 from tests.helpers.object_servers import MotoServer, moto_server, s3_env, upload_tree  # noqa: F401  (fixtures)
@@ -89,17 +89,8 @@ def test_twenty_s3_tables_two_replicas_execute_every_instant_exactly_once(
     entries += [uris[t] for t in [*mor[:2], *cleans]]
     config = tmp_path / "hoodied.yaml"
     config.write_text(yaml.safe_dump({**SETTINGS, "tables": entries, "lock": {"url": redis_server.url}}))
-    replicas = [hoodied("run", "--config", str(config), "--once") for _ in range(2)]
-    results = [p.communicate(timeout=400) for p in replicas]
-    for p, (_, err) in zip(replicas, results, strict=True):
-        assert p.returncode == 0, err[-4000:]
-
-    ended = [e for _, err in results for e in events(err) if e.get("event") == "job ended"]
-    allowed = {"planned", "nothing_due", "success", "claimed", "already_done"}
-    assert not {e["outcome"] for e in ended} - allowed
-    executed = Counter((e["table"], e["instant"]) for e in ended
-                       if e["kind"] == "execute" and e["outcome"] == "success")
-    assert set(executed.values()) == {1}, [k for k, n in executed.items() if n > 1]
+    ended, executed = replicas_once(config, 2, 400)
+    assert set(executed.values()) == {1}
     for root, uri in uris.items():
         new = [i for i in _timeline(uri).instants if i.requested_time not in existing[uri]
                or i.requested_time == requested.get(root)]
