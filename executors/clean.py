@@ -428,7 +428,8 @@ def execute_clean(
                 "another executor is working on it"
             )
         # a superseded (paused) earlier attempt can delete nothing more, nor complete (hoodie.fence)
-        attempt = start_attempt(storage, writer, clean_time, Action.CLEAN, heartbeat_interval_ms)
+        attempt = start_attempt(storage, writer, clean_time, Action.CLEAN, heartbeat_interval_ms,
+                                tolerable_misses)
     storage = attempt.storage
     try:
         crash_point("inflight")

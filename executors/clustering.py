@@ -498,7 +498,8 @@ def execute_clustering(
         plan, job, table_schema = check_clustering(storage, config, timeline, inst,
                                                    row_group_rows=row_group_rows)
         require_no_conflict(timeline, inst, plan)  # refuse early: nothing written yet
-        attempt = start_attempt(storage, writer, instant_time, Action.CLUSTERING, heartbeat_interval_ms)
+        attempt = start_attempt(storage, writer, instant_time, Action.CLUSTERING, heartbeat_interval_ms,
+                                tolerable_misses)
         job = dataclasses.replace(job, storage=attempt.storage)  # its tasks write through the fence
     try:
         rows = run_attempt(session, len(job.groups), job, STATS_SCHEMA, progress=progress,

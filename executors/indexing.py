@@ -385,7 +385,7 @@ def _start(storage: Storage, config: TableConfig, writer: TimelineWriter, instan
     job, operations = _job(storage, config, timeline, spec, where)
     mdt = open_mdt_timeline(storage, writer.lock, truetime=writer.truetime)
     init = init_instant_time(timeline, Timeline.load(mdt.storage, mdt.config))
-    attempt = start_attempt(storage, writer, instant_time, Action.INDEXING, interval_ms)
+    attempt = start_attempt(storage, writer, instant_time, Action.INDEXING, interval_ms, misses)
     try:
         crash_point("indexing-inflight")
         set_metadata_partition_state(attempt.storage, writer.lock, [infos[0].partition], state="inflight")

@@ -337,7 +337,8 @@ def execute_log_compaction(
         if inst.is_completed:
             return LogCompactionResult(inst, was_completed=True)
         job, table_schema = check_log_compaction(storage, config, timeline, inst)
-        attempt = start_attempt(storage, writer, instant_time, Action.LOG_COMPACTION, heartbeat_interval_ms)
+        attempt = start_attempt(storage, writer, instant_time, Action.LOG_COMPACTION, heartbeat_interval_ms,
+                                tolerable_misses)
         job = dataclasses.replace(job, storage=attempt.storage)  # its tasks write through the fence
     try:
         rows = run_attempt(session, len(job.slices), job, STATS_SCHEMA, progress=progress,

@@ -27,6 +27,7 @@ __all__ = [
     "PreconditionFailedError",
     "StorageError",
     "StorageFileNotFoundError",
+    "TableBusyError",
     "TableNotFoundError",
     "UnsupportedTableError",
 ]
@@ -133,6 +134,14 @@ class HeartbeatAliveError(InstantStateError):
     """The instant's Hudi heartbeat is fresh: another executor is working on it; nothing was changed.
 
     Next step: leave it alone (or ``--force`` when that executor is known to be dead).
+    """
+
+
+class TableBusyError(HeartbeatAliveError):
+    """Another attempt on the same table is alive (its attempt identity is present and its
+    heartbeat fresh): hoodied runs one table-service job per table at a time; nothing was changed.
+
+    Next step: none; the instant starts once that attempt ends (the daemon retries it).
     """
 
 

@@ -21,6 +21,14 @@ The protocol:
   can change the identity, so the completion itself cannot race one.
 - **Release.** An attempt deletes the identity at its end (completed or failed), only while it
   is still its own; from then on nothing is admitted until the next attempt claims it.
+- **One job per table.** Before claiming, under the same table lock, an attempt lists the
+  identities of the table's other instants and refuses to start (``TableBusyError``) while one of
+  them has a live heartbeat (Hudi's expiry rule, ``hoodie.heartbeat``). The identities and
+  heartbeats live in the table, so this holds when the daemon's Redis table slot is lost (a
+  Redis restarted empty) and between the daemon and a one-off ``hoodied execute``: the claim and
+  the first beat are made under the lock the check ran under, so of two attempts racing for one
+  table the second always sees the first. A leftover identity of a dead attempt (no heartbeat,
+  or an expired one) blocks nothing.
 
 The window left: a task that passed its check, was then paused for longer than the takeover
 (lease expiry, rollback, the new attempt's whole run) and made its file visible after that. The
@@ -36,14 +44,15 @@ import builtins
 import logging
 import os
 import socket
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import BinaryIO
 
 from hoodied.hoodie.crashpoints import crash_point
-from hoodied.hoodie.errors import AttemptSupersededError, StorageFileNotFoundError
-from hoodied.hoodie.heartbeat import Heartbeat
+from hoodied.hoodie.errors import AttemptSupersededError, StorageFileNotFoundError, TableBusyError
+from hoodied.hoodie.heartbeat import DEFAULT_TOLERABLE_MISSES, Heartbeat, heartbeat_times
 from hoodied.hoodie.storage import FileInfo, Storage, WriteOnceFile
 from hoodied.hoodie.timeline.instant import Action
 from hoodied.hoodie.timeline.writer import TimelineWriter
@@ -55,6 +64,7 @@ __all__ = [
     "FencedStorage",
     "attempt_path",
     "current_attempt",
+    "require_table_idle",
     "start_attempt",
 ]
 
@@ -74,6 +84,35 @@ def current_attempt(storage: Storage, instant_time: str) -> str | None:
         return storage.read(attempt_path(instant_time)).decode("utf-8", "replace").strip()
     except StorageFileNotFoundError:
         return None
+
+
+def require_table_idle(
+    storage: Storage,
+    instant_time: str,
+    *,
+    interval_ms: int,
+    tolerable_misses: int = DEFAULT_TOLERABLE_MISSES,
+    now_ms: int | None = None,
+) -> None:
+    """Refuse (``TableBusyError``) while an attempt of another instant of the table is alive: its
+    identity is present and its heartbeat is not expired by Hudi's rule. Call it under the table
+    lock, right before ``AttemptFence.claim``; costs one listing, two when other identities exist."""
+    prefix = ATTEMPTS_FOLDER + "/"
+    others = sorted(info.path[len(prefix):] for info in storage.list(ATTEMPTS_FOLDER)
+                    if not info.is_dir and info.path.startswith(prefix)
+                    and info.path[len(prefix):] != instant_time and "." not in info.path[len(prefix):])
+    if not others:
+        return
+    beats = heartbeat_times(storage)
+    now = int(time.time() * 1000) if now_ms is None else now_ms
+    for other in others:
+        age_ms = now - beats.get(other, 0)
+        if age_ms <= interval_ms * tolerable_misses:
+            raise TableBusyError(
+                f"{storage.base_uri}: instant {other} is being worked on by another attempt (its heartbeat "
+                f"beat {max(age_ms, 0) / 1000:.1f} s ago); one job per table at a time, so {instant_time} "
+                "waits for it"
+            )
 
 
 @dataclass(frozen=True, slots=True)
@@ -228,11 +267,19 @@ class Attempt:
 
 
 def start_attempt(
-    storage: Storage, writer: TimelineWriter, instant_time: str, action: Action, heartbeat_interval_ms: int
+    storage: Storage,
+    writer: TimelineWriter,
+    instant_time: str,
+    action: Action,
+    heartbeat_interval_ms: int,
+    tolerable_misses: int = DEFAULT_TOLERABLE_MISSES,
 ) -> Attempt:
-    """Claim the instant (``hoodie.fence``), start the heartbeat, then ``T.<action>.inflight``
-    (the caller holds the lock). The heartbeat beats through the fence, so a superseded attempt
-    neither keeps the instant alive nor deletes the heartbeat of the attempt that took over."""
+    """Check that no other attempt is alive on the table (``require_table_idle``), claim the
+    instant (``hoodie.fence``), start the heartbeat, then ``T.<action>.inflight`` (the caller
+    holds the lock). The heartbeat beats through the fence, so a superseded attempt neither keeps
+    the instant alive nor deletes the heartbeat of the attempt that took over."""
+    require_table_idle(storage, instant_time, interval_ms=heartbeat_interval_ms,
+                       tolerable_misses=tolerable_misses)
     fence = AttemptFence.claim(storage, instant_time, action.value)
     fenced = FencedStorage(storage, fence)
     heartbeat = Heartbeat(fenced, instant_time, interval_ms=heartbeat_interval_ms)

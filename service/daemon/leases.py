@@ -30,6 +30,14 @@ clean never runs beside another clean; a compaction, log compaction or clusterin
 another service's work on the same table, whose plan may name the same file groups when
 another writer planned it) without a dependency graph. Planning needs no slot: planners run
 under the table lock and leave out file groups that pending services hold.
+
+What Redis cannot keep: a Redis restarted empty (or flushed) loses every slot and lease, and its
+fencing counters start again at 1, while the jobs that held them go on. The slot and the lease
+are therefore the cheap first filter, not the guarantee. The guarantee is kept in the table and
+checked under the table lock before any attempt starts (``hoodie.fence``): an instant is written
+only by the attempt whose identity is in ``.hoodie/.locks/attempts/<T>``, and no attempt starts
+while another instant of its table has a live attempt (its identity present, its heartbeat
+fresh). The Redis counters only number the holders in logs; nothing compares them.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""Attempt fencing (``hoodie.fence``): claims, checks, and the fenced storage, on a local file
-system and on the S3 server.
+"""Attempt fencing (``hoodie.fence``): claims, checks, the fenced storage and the one-job-per-table
+rule, on a local file system and on the S3 server.
 
 The real-process cases (an executor stopped with SIGSTOP, taken over, then resumed) are in
 ``tests/executors/test_paused_executor.py``.
@@ -12,9 +12,21 @@ from pathlib import Path
 
 import pytest
 
-from hoodied.hoodie.errors import AttemptSupersededError, HoodieServiceError
-from hoodied.hoodie.fence import AttemptFence, FencedStorage, attempt_path, current_attempt, start_attempt
-from hoodied.hoodie.heartbeat import heartbeat_path
+from hoodied.hoodie.errors import (
+    AttemptSupersededError,
+    HeartbeatAliveError,
+    HoodieServiceError,
+    TableBusyError,
+)
+from hoodied.hoodie.fence import (
+    AttemptFence,
+    FencedStorage,
+    attempt_path,
+    current_attempt,
+    require_table_idle,
+    start_attempt,
+)
+from hoodied.hoodie.heartbeat import heartbeat_path, last_heartbeat_ms
 from hoodied.hoodie.locks import InProcessLock
 from hoodied.hoodie.object_storage import ObjectStorage
 from hoodied.hoodie.properties import load_table_config
@@ -153,3 +165,46 @@ def test_a_failed_inflight_transition_ends_the_attempt(tmp_path: Path) -> None:
         start_attempt(storage, writer, t, Action.COMPACTION, 60_000)
     assert not storage.exists(heartbeat_path(t))
     assert not storage.exists(attempt_path(t))
+
+
+# ---------------------------------------------------------------------------- one job per table
+
+OTHER = "20261125090909090"
+
+
+def test_a_live_attempt_of_another_instant_keeps_the_table_busy(storage: Storage) -> None:
+    require_table_idle(storage, T, interval_ms=1000)  # nothing there
+    other = AttemptFence.claim(storage, OTHER, "clean")
+    storage.put(heartbeat_path(OTHER), b"")  # it beats
+    with pytest.raises(TableBusyError, match=f"instant {OTHER} is being worked on .* so {T} waits"):
+        require_table_idle(storage, T, interval_ms=1000)
+    assert issubclass(TableBusyError, HeartbeatAliveError)  # the daemon holds the instant, no failure
+    require_table_idle(storage, OTHER, interval_ms=1000)  # its own attempt is no obstacle
+    other.release()
+    require_table_idle(storage, T, interval_ms=1000)  # released: idle although the heartbeat is there
+
+
+def test_a_dead_attempt_blocks_nothing(storage: Storage) -> None:
+    AttemptFence.claim(storage, OTHER, "compaction")  # left behind by a killed executor
+    require_table_idle(storage, T, interval_ms=1000)  # no heartbeat at all
+    storage.put(heartbeat_path(OTHER), b"")
+    later = last_heartbeat_ms(storage, OTHER) + 2 * 1000 + 1  # past Hudi's expiry: interval x misses
+    require_table_idle(storage, T, interval_ms=1000, tolerable_misses=2, now_ms=later)
+    with pytest.raises(TableBusyError):
+        require_table_idle(storage, T, interval_ms=1000, tolerable_misses=2, now_ms=later - 1)
+
+
+def test_an_attempt_does_not_start_beside_a_live_one_on_its_table(tmp_path: Path) -> None:
+    storage, writer, t = _pending_compaction(tmp_path / "t")
+    running = AttemptFence.claim(storage, OTHER, "clean")  # a clean of the table, alive
+    storage.put(heartbeat_path(OTHER), b"")
+    timeline_before = sorted(p.name for p in (tmp_path / "t" / ".hoodie" / "timeline").iterdir())
+    with writer.lock, pytest.raises(TableBusyError):
+        start_attempt(storage, writer, t, Action.COMPACTION, 60_000)
+    # refused before anything: no claim, no heartbeat, no inflight file
+    assert current_attempt(storage, t) is None
+    assert not storage.exists(heartbeat_path(t))
+    assert sorted(p.name for p in (tmp_path / "t" / ".hoodie" / "timeline").iterdir()) == timeline_before
+    running.release()
+    with writer.lock:
+        start_attempt(storage, writer, t, Action.COMPACTION, 60_000).end()
