@@ -75,7 +75,7 @@ from pyspark import TaskContext
 from pyspark.sql import SparkSession
 
 from hoodied.hoodie import errors
-from hoodied.hoodie.errors import EngineUnavailableError, HoodieServiceError
+from hoodied.hoodie.errors import OUTAGE_ERRNOS, EngineUnavailableError, HoodieServiceError, StorageError
 from hoodied.hoodie.filenames import make_write_token
 
 log = logging.getLogger(__name__)
@@ -620,7 +620,12 @@ class _PartitionRunner:
         token = current_write_token()
         for batch in batches:
             for index in batch.column(0).to_pylist():
-                out = self.task(int(index), token)
+                try:
+                    out = self.task(int(index), token)
+                except OSError as exc:
+                    if exc.errno in OUTAGE_ERRNOS:  # a full or read-only disk: an outage, as in the driver
+                        raise StorageError(f"operation {index}: {exc}") from exc
+                    raise
                 yield out.select(self.schema.names).cast(self.schema)
 
 

@@ -9,7 +9,10 @@ person looks at it.
 
 from __future__ import annotations
 
+import errno
+
 __all__ = [
+    "OUTAGE_ERRNOS",
     "AttemptSupersededError",
     "ClockSkewError",
     "EngineUnavailableError",
@@ -55,6 +58,11 @@ class StorageError(HoodieServiceError):
     """The storage layer failed (permission denied, I/O error)."""
 
     retryable = True
+
+
+#: OS errors that say the storage cannot take writes for now (full, over quota, read-only): an outage
+#: to wait out, never a fault of the table.
+OUTAGE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS})
 
 
 class StorageFileNotFoundError(StorageError):

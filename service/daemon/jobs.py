@@ -44,7 +44,6 @@ The table lock handed to executors is wrapped so every acquisition's wait is mea
 
 from __future__ import annotations
 
-import errno
 import logging
 import threading
 import time
@@ -55,6 +54,7 @@ from types import TracebackType
 
 from hoodied.hoodie.actions.services import TableService
 from hoodied.hoodie.errors import (
+    OUTAGE_ERRNOS,
     AttemptSupersededError,
     EngineUnavailableError,
     HeartbeatAliveError,
@@ -283,14 +283,11 @@ def classify(exc: BaseException, cancel: threading.Event) -> JobOutcome:
 
 #: ``OSError`` numbers of a storage that cannot take writes for now (the space or quota comes back,
 #: the volume is remounted read-write).
-_OUTAGE_ERRNOS = frozenset({errno.ENOSPC, errno.EROFS, errno.EDQUOT})
-
-
 def is_storage_outage(exc: BaseException) -> bool:
     """The storage is unavailable (``storage_unavailable``), the table itself is not at fault."""
     if isinstance(exc, StorageError):
-        return exc.retryable or isinstance(exc.__cause__, OSError) and exc.__cause__.errno in _OUTAGE_ERRNOS
-    return isinstance(exc, OSError) and exc.errno in _OUTAGE_ERRNOS
+        return exc.retryable or isinstance(exc.__cause__, OSError) and exc.__cause__.errno in OUTAGE_ERRNOS
+    return isinstance(exc, OSError) and exc.errno in OUTAGE_ERRNOS
 
 
 def execute(
