@@ -19,15 +19,20 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
 import yaml
 
+from hoodied.hoodie.demo.writer import TableSpec, create_table
 from hoodied.hoodie.object_storage import ObjectStorage
-from hoodied.hoodie.properties import load_table_config
+from hoodied.hoodie.properties import TableType, load_table_config
 from hoodied.hoodie.storage import LocalStorage
 from hoodied.hoodie.timeline.instant import Action, State, instant_time_to_epoch_ms
+from hoodied.hoodie.timeline.truetime import TimeSettings, TrueTime, timeline_floor
+from hoodied.service.locks import RedisLockFactory
 from tests.helpers.daemon_procs import events, get, get_or_none, hoodied, stop, timeline, wait_for
 from tests.helpers.fixtures import require_fixture, unzip_table
+from tests.helpers.mor_tables import CITIES, SCHEMA, hudi_rs_rows
 from tests.helpers.object_servers import MotoServer, moto_server, s3_env, upload_tree  # noqa: F401  (fixtures)
 from tests.helpers.redis_server import RedisServer, free_port, redis_server  # noqa: F401  (fixture)
 
@@ -246,6 +251,85 @@ def test_a_one_pass_run_with_a_skewed_clock_does_nothing_and_fails(
     assert 29 < skewed["offset_seconds"] < 31 and skewed["bound_seconds"] == 0.2
     assert "job started" not in [e.get("event") for e in events(err)]
     assert _tree(root) == untouched
+
+
+def _rows(keys: range, ts: int) -> pa.Table:
+    return pa.Table.from_pylist([{"id": f"key-{i:04d}", "ts": ts, "city": CITIES[i % 3], "v": float(ts)}
+                                 for i in keys], schema=SCHEMA)
+
+
+def test_a_writer_beside_skewed_replicas_loses_nothing(
+    tmp_path: Path, redis_server: RedisServer  # noqa: F811
+) -> None:
+    """A writer commits under the same Redis lock while a fast and a slow replica sit beside a
+    healthy one: the table ends up reading exactly like a twin that got the same writes and no
+    table service, every hoodied instant carries the healthy clock, nothing is rolled back."""
+    spec = TableSpec("trips", SCHEMA, "id", "city", "ts", TableType.COPY_ON_WRITE, 9)
+    root, twin = tmp_path / "lake" / "trips", tmp_path / "twin" / "trips"
+    writers = [create_table(LocalStorage(str(r)), spec, max_file_rows=40) for r in (root, twin)]
+    first = writers[0].insert(_rows(range(120), 1)).instant_time
+    writers[1].insert(_rows(range(120), 1), instant_time=first)
+    written = {first}
+    config = tmp_path / "hoodied.yaml"
+    config.write_text(yaml.safe_dump({
+        **SETTINGS, "tables": [str(root)], "lock": redis_server.url,
+        "defaults": {"services": {"clean": {"commits_retained": 1}, "compaction": {"schedule": False}}},
+    }))
+    ports = {"fast": free_port(), "slow": free_port(), "healthy": free_port()}
+    envs = {"fast": _faketime_env("+30s"), "slow": _faketime_env("-30s"), "healthy": None}
+    procs: dict[str, subprocess.Popen[str]] = {}
+    factory = RedisLockFactory(redis_server.url)
+    storage = LocalStorage(str(root))
+    truetime = TrueTime.for_table(load_table_config(storage), TimeSettings(max_expected_clock_skew_ms=200))
+    try:
+        procs = {name: hoodied("run", "--config", str(config), "--http", f"127.0.0.1:{port}", env=envs[name])
+                 for name, port in ports.items()}
+        wait_for("the fast replica reports its skew", lambda: _skew_reported(ports["fast"], +1), 60,
+                 tuple(procs.values()))
+        wait_for("the slow replica reports its skew", lambda: _skew_reported(ports["slow"], -1), 60,
+                 tuple(procs.values()))
+        for n in range(2, 10):  # updates of a third of the keys and new keys, as a writer would
+            rows = _rows(range(n * 7 % 40, 120 + 5 * n, 3), n)
+            lock = factory.lock(storage.base_uri)
+            with lock:  # Hudi's writer protocol: the instant time is taken and used under the lock
+                t = truetime.generate(lock, timeline_floor(storage, load_table_config(storage)))
+                writers[0].upsert(rows, instant_time=t)
+            writers[1].upsert(rows, instant_time=t)
+            written.add(t)
+            time.sleep(0.4)
+
+        def settled() -> bool:
+            instants = timeline(root).instants
+            cleans = [i for i in instants if i.action is Action.CLEAN]
+            return all(i.is_completed for i in instants) and bool(cleans) and \
+                cleans[-1].requested_time > max(written)
+
+        wait_for("the healthy replica cleans after the last write", settled, 120, tuple(procs.values()))
+        ended_at = time.time()
+        assert _skew_reported(ports["fast"], +1) and _skew_reported(ports["slow"], -1)
+        logs = {}
+        for name in list(procs):
+            code, err = stop(procs.pop(name))
+            assert code == 0, (name, err[-3000:])
+            logs[name] = events(err)
+    finally:
+        factory.close()
+        for p in procs.values():
+            if p.poll() is None:
+                p.kill()
+                p.communicate()
+    assert hudi_rs_rows(root) == hudi_rs_rows(twin)
+    for name in ("fast", "slow"):
+        assert "job started" not in [e.get("event") for e in logs[name]], name
+    instants = timeline(root).instants
+    assert not [i for i in instants if i.action is Action.ROLLBACK]
+    mine = [i for i in instants if i.requested_time not in written]
+    assert mine and {i.action for i in mine} == {Action.CLEAN}
+    # every hoodied instant carries the healthy clock: none lands in the fast replica's future
+    tz = load_table_config(storage).tzinfo
+    for inst in mine:
+        for t in (inst.requested_time, inst.completion_time):
+            assert t is not None and instant_time_to_epoch_ms(t, tz) / 1000 <= ended_at + 1, inst
 
 
 def _objects(storage: ObjectStorage) -> dict[str, int]:
