@@ -328,8 +328,8 @@ def test_a_writer_beside_skewed_replicas_loses_nothing(
     # every hoodied instant carries the healthy clock: none lands in the fast replica's future
     tz = load_table_config(storage).tzinfo
     for inst in mine:
-        for t in (inst.requested_time, inst.completion_time):
-            assert t is not None and instant_time_to_epoch_ms(t, tz) / 1000 <= ended_at + 1, inst
+        for when in (inst.requested_time, inst.completion_time):
+            assert when is not None and instant_time_to_epoch_ms(when, tz) / 1000 <= ended_at + 1, inst
 
 
 def _objects(storage: ObjectStorage) -> dict[str, int]:
