@@ -34,6 +34,7 @@ from hoodied.hoodie.crashpoints import crash_point
 from hoodied.hoodie.errors import HoodieFormatError, InstantStateError, UnsupportedTableError
 from hoodied.hoodie.fence import Attempt, attempt_path, start_attempt
 from hoodied.hoodie.heartbeat import require_startable
+from hoodied.hoodie.human import format_size
 from hoodied.hoodie.locks import TableLock
 from hoodied.hoodie.markers import WriteMarkers
 from hoodied.hoodie.metadata.commit import require_commit_maintainable, write_commit_to_metadata_table
@@ -92,7 +93,7 @@ class AttemptResult:
             return f"{t} {self.SERVICE}: already completed, nothing to do"
         done = f"completed at {self.instant.completion_time}" if self.instant.completion_time else "completed"
         return (
-            f"{t} {self.SERVICE}: {self.work()}, {self.bytes_written / 1024 / 1024:.1f} MB written in "
+            f"{t} {self.SERVICE}: {self.work()}, {format_size(self.bytes_written)} written in "
             f"{self.seconds:.1f} s; {done}"
         )
 

@@ -54,6 +54,7 @@ from typing import Any
 
 from hoodied.hoodie.errors import InstantStateError, UnsupportedTableError
 from hoodied.hoodie.fsview import FilesByPartition, FileSlice, FileSystemView, LogFile, list_storage
+from hoodied.hoodie.human import format_size
 from hoodied.hoodie.locks import TableLock
 from hoodied.hoodie.metadata.commit import COMPACT, require_commit_maintainable
 from hoodied.hoodie.properties import TableConfig, load_table_config
@@ -80,7 +81,6 @@ __all__ = [
 
 #: ``CompactionUtils.LATEST_COMPACTION_METADATA_VERSION``.
 COMPACTION_PLAN_VERSION = 2
-_MB = 1024 * 1024
 _STRATEGY_PACKAGE = "org.apache.hudi.table.action.compact.strategy."
 
 
@@ -201,7 +201,7 @@ class CompactionPlanResult:
         size = sum(op["metrics"]["TOTAL_LOG_FILES_SIZE"] for op in ops)
         parts = len({op["partitionPath"] for op in ops})
         return (
-            f"{len(ops)} file groups in {parts} partitions, {logs} log files ({size / _MB:.1f} MB); "
+            f"{len(ops)} file groups in {parts} partitions, {logs} log files ({format_size(size)}); "
             f"{self.reason}"
         )
 

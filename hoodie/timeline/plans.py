@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from hoodied.hoodie.human import format_size
 from hoodied.hoodie.timeline.instant import Action, Instant
 
 __all__ = [
@@ -50,14 +51,6 @@ def _map(value: Mapping[str, Any] | None) -> dict[str, Any]:
 
 def _strs(value: list[str] | None) -> tuple[str, ...]:
     return tuple(value or ())
-
-
-def _size(num_bytes: float) -> str:
-    for unit in ("B", "KB", "MB", "GB"):
-        if num_bytes < 1024 or unit == "GB":
-            return f"{num_bytes:.0f} {unit}" if unit == "B" else f"{num_bytes:.1f} {unit}"
-        num_bytes /= 1024
-    return f"{num_bytes:.1f} TB"  # pragma: no cover
 
 
 def _plural(n: int, word: str) -> str:
@@ -142,7 +135,7 @@ class CompactionPlan:
         parts = {op.partition_path for op in self.operations}
         return (
             f"{_plural(len(self.operations), 'file group')} in {_plural(len(parts), 'partition')}, "
-            f"{_plural(logs, 'log file')}, {_size(size)}"
+            f"{_plural(logs, 'log file')}, {format_size(size)}"
         )
 
 
