@@ -33,12 +33,18 @@ daemon, a ``SparkRunner``) closes it. An engine that cannot be reached or is los
 ``EngineUnavailableError`` (``executors.engine``: bounded start, bounded client retries) before the
 instant is touched, or leaves the running attempt inflight for the rollback before its retry; the
 engine discards its session then and starts a new one for the next job.
+
+A local Spark JVM writes its own log lines to its standard error: the engine starts it with
+``spark_log_conf`` (a log4j2 file shipped in the package, at ``log_level``, ``ERROR`` by default) and
+with that standard error read into hoodied's logging (``service.logs.child_stderr_logged``), so what
+is left of its lines reaches the terminal or the JSON log stream as hoodied's own log records.
 """
 
 from __future__ import annotations
 
 import contextlib
 import importlib
+import importlib.resources
 import importlib.util
 import logging
 import threading
@@ -57,6 +63,7 @@ from hoodied.hoodie.storage import Storage
 from hoodied.hoodie.timeline.active import Timeline
 from hoodied.hoodie.timeline.instant import Action, Instant
 from hoodied.hoodie.timeline.truetime import TimeSettings
+from hoodied.service.logs import child_stderr_logged
 from hoodied.service.operations import ExecuteOutcome, ExecuteStatus, recover_failed_attempt
 
 if TYPE_CHECKING:  # the executors import pyspark: types only
@@ -66,8 +73,10 @@ log = logging.getLogger("hoodied.engine")
 
 __all__ = [
     "DEFAULT_RETRY_S",
+    "DEFAULT_SPARK_LOG_LEVEL",
     "DEFAULT_START_TIMEOUT_S",
     "ENGINE_MODULE",
+    "SPARK_LOG_LEVELS",
     "SPARK_SERVICES",
     "InputCheck",
     "Progress",
@@ -78,6 +87,7 @@ __all__ = [
     "check_spark_instant",
     "run_compaction",
     "run_spark_service",
+    "spark_log_conf",
 ]
 
 #: ``check(storage, config, timeline, instant)``: an executor's input check (``SparkService.check``).
@@ -231,9 +241,62 @@ def run_compaction(
 #: repeated here so the service layer reads them without importing pyspark).
 DEFAULT_START_TIMEOUT_S = 120.0
 DEFAULT_RETRY_S = 30.0
+#: The level of a local Spark JVM's own log lines (``spark_log_conf``; ``SparkConfig.log_level``).
+DEFAULT_SPARK_LOG_LEVEL = "ERROR"
+#: Spark's log levels hoodied passes on (log4j's, as ``SparkContext.setLogLevel`` takes them).
+SPARK_LOG_LEVELS = ("DEBUG", "INFO", "WARN", "ERROR", "OFF")
+#: The log4j2 configuration a local Spark JVM starts with (package data of ``hoodied.service``): every
+#: line to standard error at the level of the system property ``LOG_LEVEL_PROPERTY``.
+LOG4J2_FILE = "spark-log4j2.properties"
+LOG_LEVEL_PROPERTY = "hoodied.spark.log.level"
+_DRIVER_JAVA_OPTIONS = "spark.driver.extraJavaOptions"
+
+
+def spark_log_conf(
+    master: str, conf: Mapping[str, str], level: str = DEFAULT_SPARK_LOG_LEVEL
+) -> dict[str, str]:
+    """``conf`` with the settings that hold a local Spark's JVM log lines at ``level`` from its start.
+
+    ``spark.log.level`` alone acts only once the context is up: the JVM's start-up lines ("Using
+    Spark's default log4j profile", "Setting default log level", WARN lines of its first seconds)
+    come before. So the driver JVM starts with ``LOG4J2_FILE`` (``-Dlog4j2.configurationFile``),
+    which also configures ``org.apache.spark`` itself, so Spark's shell logic finds its level set and
+    prints no note about it. A setting the user gave (a log4j2 file of their own, ``spark.log.level``)
+    is kept. A Spark Connect server logs on its own side: ``conf`` is returned unchanged for it.
+    """
+    out = dict(conf)
+    if master.startswith("sc://"):
+        return out
+    level = level.upper()
+    out.setdefault("spark.log.level", level)
+    java = out.get(_DRIVER_JAVA_OPTIONS, "")
+    if "log4j2.configurationFile" not in java and "log4j.configuration" not in java:
+        path = str(importlib.resources.files("hoodied.service").joinpath(LOG4J2_FILE))
+        # Spark splits these options as a shell would: a path with a space is quoted
+        quoted = f'"{path}"' if " " in path else path
+        ours = f"-Dlog4j2.configurationFile={quoted} -D{LOG_LEVEL_PROPERTY}={level}"
+        out[_DRIVER_JAVA_OPTIONS] = f"{ours} {java}".strip()
+    return out
 #: A failed start is not tried again by the next job for this long (unless the server answers
 #: again, ``SparkEngine.reachable``): jobs of many tables do not each wait out a dead engine.
 RETRY_START_AFTER_S = 5.0
+
+
+_jvm_started = False
+"""Whether this process started a local Spark JVM (pyspark keeps one for the life of the process)."""
+
+
+@contextlib.contextmanager
+def _jvm_stderr_logged(master: str) -> Iterator[None]:
+    """Around the first local session's start: the JVM launched then writes its standard error into
+    hoodied's logging (``service.logs.child_stderr_logged``, logger ``hoodied.spark``)."""
+    global _jvm_started
+    if master.startswith("sc://") or _jvm_started:
+        yield
+        return
+    with child_stderr_logged("hoodied.spark"):
+        yield
+    _jvm_started = True
 
 
 class SparkEngine:
@@ -252,9 +315,11 @@ class SparkEngine:
 
     def __init__(
         self, *, start_timeout_s: float = DEFAULT_START_TIMEOUT_S, retry_s: float = DEFAULT_RETRY_S,
-        log_changes: bool = False,
+        log_changes: bool = False, log_level: str = DEFAULT_SPARK_LOG_LEVEL,
     ) -> None:
         self.start_timeout_s = start_timeout_s
+        self.log_level = log_level
+        """A local Spark JVM's own log level (``spark_log_conf``)."""
         self.log_changes = log_changes
         """Log each change of ``up`` (the daemon; a command prints its one error line instead)."""
         self.retry_s = retry_s
@@ -280,9 +345,11 @@ class SparkEngine:
                 # by name, as SPARK_SERVICES' executors: the module imports pyspark
                 spark_session = importlib.import_module(ENGINE_MODULE).spark_session
                 try:
-                    self._session = self._stack.enter_context(spark_session(
-                        master, dict(conf or {}), start_timeout_s=self.start_timeout_s, retry_s=self.retry_s,
-                    ))
+                    with _jvm_stderr_logged(master):
+                        self._session = self._stack.enter_context(spark_session(
+                            master, spark_log_conf(master, conf or {}, self.log_level),
+                            start_timeout_s=self.start_timeout_s, retry_s=self.retry_s,
+                        ))
                 except EngineUnavailableError as exc:
                     self._set_down(exc)
                     raise
@@ -372,12 +439,18 @@ def _no_progress(label: str) -> Iterator[Progress | None]:
     yield None
 
 
+@contextlib.contextmanager
+def _quietly(what: str) -> Iterator[None]:
+    yield
+
+
 class SparkRunner:
     """Runs pending Spark-service instants for ``hoodied execute``; Spark starts at the first one.
 
     Call it with a pending instant of any service in ``SPARK_SERVICES``; ``close()`` stops the
     session it started. ``progress(label)`` is a context manager yielding a progress callback
-    (a progress bar on a terminal) or ``None``.
+    (a progress bar on a terminal) or ``None``; ``starting(what)`` is a context manager held while
+    the session starts (a spinner on a terminal), after the instant's inputs were checked.
     """
 
     def __init__(
@@ -394,6 +467,8 @@ class SparkRunner:
         progress: Callable[[str], AbstractContextManager[Progress | None]] = _no_progress,
         start_timeout_s: float = DEFAULT_START_TIMEOUT_S,
         retry_s: float = DEFAULT_RETRY_S,
+        log_level: str = DEFAULT_SPARK_LOG_LEVEL,
+        starting: Callable[[str], AbstractContextManager[None]] = _quietly,
     ) -> None:
         self.storage = storage
         self.lock = lock
@@ -404,13 +479,17 @@ class SparkRunner:
         self.tolerable_misses = tolerable_misses
         self.force = force
         self.progress = progress
-        self._engine = SparkEngine(start_timeout_s=start_timeout_s, retry_s=retry_s)
+        self.starting = starting
+        self._engine = SparkEngine(start_timeout_s=start_timeout_s, retry_s=retry_s, log_level=log_level)
 
     def __call__(self, inst: Instant, service: TableService) -> ExecuteOutcome:
         label = f"{service.replace('_', ' ')} {inst.requested_time}"
         # the plan and the table are checked before Spark starts (a bad input costs no start-up),
         # and the session starts before the instant is touched: an engine that is down changes nothing
         check_spark_instant(self.storage, inst.requested_time, service)
+        if not self._engine.started:
+            with self.starting(f"starting Spark ({self.spark})"):
+                self._engine.session(self.spark, self.spark_conf)
         with self._engine.job(self.spark, self.spark_conf) as session, self.progress(label) as progress:
             result = run_spark_service(
                 self.storage, self.lock, inst.requested_time, session, service=service,

@@ -12,10 +12,13 @@ is refused (merging small archive files is not supported). On a table of version
 metadata table (and ``hoodie.metadata.enable`` not false), the metadata table's own timeline is
 archived right after, under the same lock, with the MDT writer's settings Hudi derives from these
 (``planners.archival.mdt_archival_settings``). ``--dry-run`` prints what would be archived and
-where archival stops and why, for both, writing nothing.
+where archival stops and why, for both, writing nothing. ``--json`` prints one document instead,
+and ``--detailed-exit-code`` exits 7 when nothing was (or would be) archived.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import click
 
@@ -30,7 +33,14 @@ from hoodied.planners.archival import (
     mdt_archival_planner,
     mdt_archival_target,
 )
-from hoodied.service.cli.options import lock_options, parse_key_values
+from hoodied.service.cli.options import (
+    detailed_exit_code_option,
+    echo_json,
+    finish,
+    json_option,
+    lock_options,
+    parse_key_values,
+)
 from hoodied.service.locks import lock_from_option
 
 __all__ = ["archive"]
@@ -50,11 +60,15 @@ _OPTION_HELP = (
 @click.option(
     "--dry-run", is_flag=True, help="Print what would be archived and where it stops, write nothing."
 )
+@json_option
+@detailed_exit_code_option
 @lock_options
 def archive(
     table: str,
     options: tuple[str, ...],
     dry_run: bool,
+    as_json: bool,
+    detailed_exit_code: bool,
     lock_option: str,
     lock_wait_ms: int,
     lock_retries: int,
@@ -96,12 +110,39 @@ def archive(
     finally:
         if factory is not None:
             factory.close()
-    click.echo(result.summary())
-    if dry_run:
-        _details(result)
-        if result.mdt is not None:
-            click.echo("metadata table:")
-            _details(result.mdt)
+    if as_json:
+        echo_json({"table": storage.base_uri, **_document(result)})
+    else:
+        click.echo(result.summary())
+        if dry_run:
+            _details(result)
+            if result.mdt is not None:
+                click.echo("metadata table:")
+                _details(result.mdt)
+    finish(_nothing_done(result) and (result.mdt is None or _nothing_done(result.mdt)), detailed_exit_code)
+
+
+def _nothing_done(result: ArchivalResult[ArchivalPlan]) -> bool:
+    return not result.plan.instants and not result.recovered
+
+
+def _document(result: ArchivalResult[ArchivalPlan]) -> dict[str, Any]:
+    """``--json``: what was (``dry_run``: would be) archived, where archival stopped, and the
+    metadata table's archival (``null`` when none ran)."""
+    plan = result.plan
+    return {
+        "dry_run": result.dry_run,
+        "summary": result.summary().splitlines()[0],
+        "archived": [{"instant": i.requested_time, "action": i.action.value} for i in plan.instants],
+        "recovered": list(result.recovered),
+        "stops_at": {"reason": plan.stop.reason.value, "instant": plan.stop.instant,
+                     "detail": plan.stop.detail},
+        "boundaries": [str(b) for b in plan.boundaries],
+        "history_file": result.layer,
+        "deleted": len(result.deleted),
+        "compacted": list(result.compacted),
+        "metadata_table": _document(result.mdt) if result.mdt is not None else None,
+    }
 
 
 def _details(result: ArchivalResult[ArchivalPlan]) -> None:

@@ -2,8 +2,9 @@
 
 The group adds its commands here, in one place: ``timeline``, ``inspect``, ``read``, ``demo``
 (below), ``execute`` and ``rollback`` (``service.cli.services``), ``schedule``
-(``service.cli.schedule``), ``run``, ``status`` and ``config`` (``service.cli.daemon``). No command
-module imports pyspark: a Spark session starts only in a command that runs a Spark job.
+(``service.cli.schedule``), ``run``, ``status`` and ``config`` (``service.cli.daemon``), ``table``
+(``service.cli.table``). No command module imports pyspark: a Spark session starts only in a
+command that runs a Spark job.
 
 Every command maps the project's typed errors to one line on standard error and an exit
 code scripts can test; ``--debug`` adds the traceback. Results go to standard output
@@ -12,7 +13,6 @@ code scripts can test; ``--debug`` adds the traceback. Results go to standard ou
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import traceback
@@ -31,24 +31,29 @@ from hoodied.hoodie.errors import (
 from hoodied.hoodie.timeline.instant import is_instant_time
 from hoodied.service.cli.archive import archive
 from hoodied.service.cli.daemon import config, run, status
-from hoodied.service.cli.options import lock_options
+from hoodied.service.cli.exits import (
+    EPILOG,
+    EXIT_CORRUPT,
+    EXIT_ERROR,
+    EXIT_NOT_FOUND,
+    EXIT_NOTHING_DUE,
+    EXIT_OK,
+    EXIT_STORAGE,
+    EXIT_UNSERVED,
+    EXIT_UNSUPPORTED,
+    EXIT_USAGE,
+)
+from hoodied.service.cli.options import echo_json, json_option, lock_options
 from hoodied.service.cli.schedule import schedule
 from hoodied.service.cli.services import execute, rollback
+from hoodied.service.cli.table import table
+from hoodied.service.cli.terminal import interactive
 from hoodied.service.logs import configure_logging
 
 __all__ = [
-    "EXIT_CORRUPT", "EXIT_ERROR", "EXIT_NOT_FOUND", "EXIT_OK", "EXIT_STORAGE", "EXIT_UNSUPPORTED",
-    "EXIT_USAGE", "cli", "main",
+    "EXIT_CORRUPT", "EXIT_ERROR", "EXIT_NOTHING_DUE", "EXIT_NOT_FOUND", "EXIT_OK", "EXIT_STORAGE",
+    "EXIT_UNSERVED", "EXIT_UNSUPPORTED", "EXIT_USAGE", "cli", "main",
 ]
-
-#: Exit codes, documented in ``hoodied --help``.
-EXIT_OK = 0
-EXIT_ERROR = 1
-EXIT_USAGE = 2
-EXIT_NOT_FOUND = 3
-EXIT_CORRUPT = 4
-EXIT_UNSUPPORTED = 5
-EXIT_STORAGE = 6
 
 _EXIT_BY_ERROR: list[tuple[type[HoodieServiceError], int]] = [
     (TableNotFoundError, EXIT_NOT_FOUND),
@@ -58,19 +63,6 @@ _EXIT_BY_ERROR: list[tuple[type[HoodieServiceError], int]] = [
     # an outage like the storage's: the table is not at fault, the same command works once it is back
     (EngineUnavailableError, EXIT_STORAGE),
 ]
-
-EPILOG = """\b
-Exit codes:
-  0  success
-  1  any other error
-  2  bad usage (unknown option, missing argument)
-  3  the table (or path) does not exist / is not a Hudi table
-  4  a file of the table is corrupt or does not follow the Hudi format
-  5  the table uses something hoodied does not support (version, format, payload)
-  6  storage failure (permission denied, I/O error) or Spark engine unavailable
-     (Spark Connect server unreachable or lost, local Spark not started in time)
-"""
-
 
 def _fail(exc: BaseException, debug: bool) -> NoReturn:
     if debug:
@@ -105,13 +97,13 @@ class _Group(click.Group):
 @click.option(
     "--log-format",
     type=click.Choice(["console", "json"]),
-    default="console",
-    show_default=True,
-    help="How log lines on standard error look.",
+    default=None,
+    help="How log lines on standard error look. Default: console, except `run`, which takes its "
+    "settings' log.format (json unless set; console for `run --demo`).",
 )
 @click.version_option(package_name="hoodied")
 @click.pass_context
-def cli(ctx: click.Context, debug: bool, log_format: str) -> None:
+def cli(ctx: click.Context, debug: bool, log_format: str | None) -> None:
     """hoodied runs the table services of Apache Hudi tables.
 
     TABLE arguments are a Hudi table (table versions 6, 8, 9) at a local path, a file:// URI or
@@ -120,11 +112,7 @@ def cli(ctx: click.Context, debug: bool, log_format: str) -> None:
     """
     ctx.ensure_object(dict)
     ctx.obj["debug"] = debug
-    configure_logging(log_format, "DEBUG" if debug else "INFO")  # type: ignore[arg-type]
-
-
-def _echo_json(value: Any) -> None:
-    click.echo(json.dumps(value, indent=2, sort_keys=False, default=str))
+    configure_logging(log_format or "console", "DEBUG" if debug else "INFO")  # type: ignore[arg-type]
 
 
 def _instant_option(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
@@ -149,7 +137,7 @@ def _open(table: str, *, include_history: bool = False) -> Any:
 
 @cli.command(short_help="List the instants of a table, with plans of pending services.")
 @click.argument("table")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+@json_option
 @click.option("--history", is_flag=True, help="Also list completed instants from the LSM history.")
 def timeline(table: str, as_json: bool, history: bool) -> None:
     """List every instant of TABLE: requested and completion time, action, state and,
@@ -158,7 +146,7 @@ def timeline(table: str, as_json: bool, history: bool) -> None:
 
     rows = timeline_rows(_open(table, include_history=history))
     if as_json:
-        _echo_json(rows)
+        echo_json(rows)
         return
     click.echo(f"{'requested':<18} {'completed':<18} {'action':<14} {'state':<10} plan")
     for r in rows:
@@ -181,7 +169,7 @@ def _lock_option(fn: Any) -> Any:
 
 @cli.command(short_help="Describe a table: config, files, pending services, metadata table, lock.")
 @click.argument("table")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
+@json_option
 @_lock_option
 def inspect(table: str, as_json: bool, lock_option: str) -> None:
     """Describe TABLE: configuration, partitions, file groups, file slices and log files,
@@ -197,7 +185,7 @@ def inspect(table: str, as_json: bool, lock_option: str) -> None:
     except ValueError as exc:  # a --lock value of the wrong form
         raise click.BadParameter(str(exc).removeprefix("--lock "), param_hint="--lock") from None
     if as_json:
-        _echo_json(report)
+        echo_json(report)
     else:
         click.echo(render_inspect(report))
 
@@ -233,8 +221,10 @@ def inspect(table: str, as_json: bool, lock_option: str) -> None:
     is_flag=True,
     help="Skip corrupt log blocks as Apache Hudi's reader does, instead of failing.",
 )
+@json_option
 def read(
-    table: str, output: str, as_of: str | None, read_optimized: bool, listing: str, skip_corrupt_blocks: bool
+    table: str, output: str, as_of: str | None, read_optimized: bool, listing: str, skip_corrupt_blocks: bool,
+    as_json: bool,
 ) -> None:
     """Write the snapshot of TABLE (with the Hudi meta columns) to a parquet file."""
     from hoodied.service.cli.report import write_snapshot
@@ -246,14 +236,18 @@ def read(
         read_optimized=read_optimized,
         listing=listing,  # type: ignore[arg-type]
         skip_corrupt_blocks=skip_corrupt_blocks,
-        progress=sys.stderr.isatty(),
+        progress=interactive(as_json),
     )
+    if as_json:
+        echo_json({"output": output, "rows": summary["rows"], "file_slices": summary["file_slices"],
+                   "as_of": as_of, "read_optimized": read_optimized})
+        return
     click.echo(f"wrote {summary['rows']} rows from {summary['file_slices']} file slices to {output}")
 
 
 @cli.command(short_help="Create a small demo Hudi table to try the other commands on.")
 @click.argument("path", type=click.Path(file_okay=False))
-@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@json_option
 def demo(path: str, as_json: bool) -> None:
     """Create a small real Hudi table at PATH (merge-on-read, table version 9, with updates
     and deletes in log files) to try the other commands on. PATH is a new or empty local folder
@@ -262,7 +256,7 @@ def demo(path: str, as_json: bool) -> None:
 
     summary = create_demo_table(path)
     if as_json:
-        _echo_json(summary)
+        echo_json(summary)
         return
     click.echo(
         f"created {summary['table_type']} table (version {summary['table_version']}) at {summary['path']}: "
@@ -271,7 +265,7 @@ def demo(path: str, as_json: bool) -> None:
     )
 
 
-for _command in (execute, rollback, schedule, archive, run, status, config):
+for _command in (execute, rollback, schedule, archive, run, status, config, table):
     cli.add_command(_command)
 
 

@@ -6,21 +6,35 @@
 ``StorageBasedLockProvider`` lock file) or ``--lock redis://HOST:PORT/DB``.
 Apache Hudi writers running beside hoodied must use the same lock for plans and completions to be
 serialized with theirs. ``parse_key_values`` reads repeatable ``KEY=VALUE`` options;
-``progress_bar`` / ``terminal_progress`` draw a job's progress on standard error.
+``terminal_progress`` draws a job's progress on standard error (``service.cli.terminal``).
+``json_option`` and ``echo_json`` are every command's ``--json`` (one document on standard output);
+``detailed_exit_code_option`` and ``finish`` its opt-in "nothing due" exit code (``service.cli.exits``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import sys
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import click
 
+from hoodied.service.cli.exits import EXIT_NOTHING_DUE
+from hoodied.service.cli.terminal import interactive, progress_bar
 from hoodied.service.spark_jobs import Progress
 
-__all__ = ["lock_options", "parse_key_values", "progress_bar", "terminal_progress"]
+__all__ = [
+    "detailed_exit_code_option",
+    "echo_json",
+    "finish",
+    "json_option",
+    "lock_options",
+    "parse_key_values",
+    "progress_bar",
+    "terminal_progress",
+]
 
 
 def lock_options(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -79,21 +93,31 @@ def parse_key_values(values: Iterable[str], what: str) -> dict[str, str]:
     return out
 
 
-@contextlib.contextmanager
-def progress_bar(label: str, enabled: bool) -> Iterator[Progress | None]:
-    """A stderr progress bar of operations done / total (``hoodied read``'s style), or nothing."""
-    if not enabled:
-        yield None
-        return
-    with click.progressbar(length=1, label=label, file=sys.stderr, show_pos=True) as bar:
-
-        def update(done: int, total: int) -> None:
-            bar.length = max(total, 1)
-            bar.update(done - bar.pos)
-
-        yield update
-
-
 def terminal_progress(label: str) -> contextlib.AbstractContextManager[Progress | None]:
-    """``SparkRunner``'s progress: a bar when standard error is a terminal."""
-    return progress_bar(label, sys.stderr.isatty())
+    """``SparkRunner``'s progress: a bar when standard error is a terminal (``terminal.progress_bar``)."""
+    return progress_bar(label, interactive())
+
+
+def json_option(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``--json``: the result as one JSON document on standard output (no bar, no spinner)."""
+    return click.option("--json", "as_json", is_flag=True,
+                        help="Print the result as one JSON document on standard output.")(fn)
+
+
+def detailed_exit_code_option(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``--detailed-exit-code``: exit ``EXIT_NOTHING_DUE`` (7) when the command found nothing to do."""
+    return click.option(
+        "--detailed-exit-code", is_flag=True,
+        help=f"Exit {EXIT_NOTHING_DUE} instead of 0 when there was nothing to do (nothing written).",
+    )(fn)
+
+
+def echo_json(value: Any) -> None:
+    """``value`` as one indented JSON document on standard output."""
+    click.echo(json.dumps(value, indent=2, default=str))
+
+
+def finish(nothing_due: bool, detailed_exit_code: bool) -> None:
+    """End a command that may have found nothing to do: ``EXIT_NOTHING_DUE`` when asked for."""
+    if nothing_due and detailed_exit_code:
+        sys.exit(EXIT_NOTHING_DUE)

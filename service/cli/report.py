@@ -17,13 +17,11 @@ from __future__ import annotations
 
 import contextlib
 import os
-import sys
 import tempfile
 from collections import Counter
 from datetime import datetime
 from typing import Any
 
-import click
 import pyarrow.parquet as pq
 
 from hoodied.hoodie.errors import HoodieFormatError, HoodieServiceError
@@ -35,6 +33,7 @@ from hoodied.hoodie.table import HoodieTable, Listing
 from hoodied.hoodie.timeline.active import Timeline
 from hoodied.hoodie.timeline.instant import Action, Instant
 from hoodied.planners.archival import ArchivalSettings, mdt_state, plan_archival
+from hoodied.service.cli.terminal import iter_progress
 from hoodied.service.fs_lock import FileSystemLock
 from hoodied.service.storage_lock import LOCK_FILE as STORAGE_LOCK_FILE
 from hoodied.service.storage_lock import StorageBasedLock
@@ -411,8 +410,8 @@ def write_snapshot(
     os.close(fd)
     rows = 0
     try:
-        with pq.ParquetWriter(tmp, schema) as writer, _progress(slices, progress) as bar:
-            for file_slice in bar:
+        with pq.ParquetWriter(tmp, schema) as writer:
+            for file_slice in iter_progress(slices, "reading file slices", progress):
                 for batch in table.read_slices(
                     [file_slice], as_of, read_optimized, skip_corrupt=skip_corrupt_blocks
                 ):
@@ -427,9 +426,3 @@ def write_snapshot(
             os.unlink(tmp)
         raise
     return {"rows": rows, "file_slices": len(slices)}
-
-
-def _progress(items: list[Any], enabled: bool) -> Any:
-    if enabled:
-        return click.progressbar(items, label="reading file slices", file=sys.stderr, show_pos=True)
-    return contextlib.nullcontext(items)

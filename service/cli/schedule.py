@@ -2,7 +2,8 @@
 
 Each command plans under the table lock with a TrueTime instant, writes the requested instant and
 prints it with a one-line summary (``--dry-run``: the summary only, nothing written; nothing due:
-why). The planners own the work (``planners.clean.schedule_clean``,
+why; ``--json``: one document; ``--detailed-exit-code``: nothing due exits 7). The planners own
+the work (``planners.clean.schedule_clean``,
 ``planners.compaction.schedule_compaction``, ...); this module only turns options into settings.
 
 - clean: ``--policy`` (``hoodie.clean.policy``) and ``--retained``. A pending clean blocks a new
@@ -39,7 +40,14 @@ from hoodied.planners.failed_writes import (
     FailedWritesSettings,
 )
 from hoodied.planners.log_compaction import LogCompactionSettings, schedule_log_compaction
-from hoodied.service.cli.options import lock_options, parse_key_values
+from hoodied.service.cli.options import (
+    detailed_exit_code_option,
+    echo_json,
+    finish,
+    json_option,
+    lock_options,
+    parse_key_values,
+)
 from hoodied.service.config import ClusteringService
 from hoodied.service.failed_writes import schedule_clean_after_failed_writes
 from hoodied.service.locks import lock_from_option
@@ -63,10 +71,15 @@ def schedule_and_report(
     lock_wait_ms: int,
     lock_retries: int,
     clock_skew_ms: int,
+    as_json: bool = False,
+    detailed_exit_code: bool = False,
 ) -> None:
     """Run a ``schedule`` command: ``scheduler(storage, lock, settings, *, dry_run, time_settings)``
     under the ``--lock`` options, then print the new instant and the plan's summary (a dry run:
-    the summary; nothing due: why)."""
+    the summary; nothing due: why), or with ``as_json`` one document: ``table``, ``service``,
+    ``planned`` (an instant was written), ``due`` (a plan was made, dry run included),
+    ``dry_run``, ``instant`` (its requested time or null) and ``summary``. Nothing due exits
+    ``EXIT_NOTHING_DUE`` with ``detailed_exit_code``."""
     storage = storage_for(table)
     lock, factory = lock_from_option(lock_option, storage, LockSettings(wait_ms=lock_wait_ms,
                                                                          retries=lock_retries))
@@ -76,12 +89,20 @@ def schedule_and_report(
     finally:
         if factory is not None:
             factory.close()
-    if instant is not None:
+    due = instant is not None or result.plan is not None
+    if as_json:
+        echo_json({
+            "table": storage.base_uri, "service": label, "planned": instant is not None, "due": due,
+            "dry_run": dry_run, "instant": instant.requested_time if instant is not None else None,
+            "summary": result.summary(),
+        })
+    elif instant is not None:
         click.echo(f"{instant.requested_time} {label} requested: {result.summary()}")
     elif result.plan is not None:
         click.echo(f"dry run: {result.summary()}")
     else:
         click.echo(result.summary())
+    finish(not due, detailed_exit_code)
 
 
 @click.group()
@@ -100,10 +121,12 @@ def schedule() -> None:
                    "writes first), hoodie.client.heartbeat.interval_in_ms, "
                    "hoodie.client.heartbeat.tolerable.misses (default: the table's hoodie.properties).")
 @click.option("--dry-run", is_flag=True, help="Print the plan summary, write nothing.")
+@json_option
+@detailed_exit_code_option
 @lock_options
 def schedule_clean_command(table: str, policy: str, retained: int | None, options: tuple[str, ...],
-                           dry_run: bool, lock_option: str, lock_wait_ms: int, lock_retries: int,
-                           clock_skew_ms: int) -> None:
+                           dry_run: bool, as_json: bool, detailed_exit_code: bool, lock_option: str,
+                           lock_wait_ms: int, lock_retries: int, clock_skew_ms: int) -> None:
     """Plan a clean (HoodieCleanerPlan) and print the new instant and a summary, or why nothing is due.
 
     On a table whose writers use hoodie.cleaner.policy.failed.writes=LAZY, failed data writes
@@ -129,7 +152,7 @@ def schedule_clean_command(table: str, policy: str, retained: int | None, option
     settings = CleanSettings(policy=chosen, **kw)  # type: ignore[arg-type]
     scheduler = functools.partial(schedule_clean_after_failed_writes, options=failed_writes)
     schedule_and_report("clean", scheduler, settings, table, dry_run, lock_option, lock_wait_ms,
-                        lock_retries, clock_skew_ms)
+                        lock_retries, clock_skew_ms, as_json, detailed_exit_code)
 
 
 def _schedule_command(
@@ -146,15 +169,17 @@ def _schedule_command(
     @click.argument("table")
     @click.option("--option", "-o", "options", multiple=True, metavar="KEY=VALUE", help=option_help)
     @click.option("--dry-run", is_flag=True, help="Print the plan summary, write nothing.")
+    @json_option
+    @detailed_exit_code_option
     @lock_options
-    def command(table: str, options: tuple[str, ...], dry_run: bool, lock_option: str, lock_wait_ms: int,
-                lock_retries: int, clock_skew_ms: int) -> None:
+    def command(table: str, options: tuple[str, ...], dry_run: bool, as_json: bool, detailed_exit_code: bool,
+                lock_option: str, lock_wait_ms: int, lock_retries: int, clock_skew_ms: int) -> None:
         try:
             settings = settings_from(parse_key_values(options, "--option"))
         except ValueError as exc:
             raise click.BadParameter(str(exc), param_hint="--option") from None
         schedule_and_report(label, scheduler, settings, table, dry_run, lock_option, lock_wait_ms,
-                            lock_retries, clock_skew_ms)
+                            lock_retries, clock_skew_ms, as_json, detailed_exit_code)
 
     return command
 

@@ -28,6 +28,10 @@ bucket or refused credentials are a ``StorageError``, one line and exit code 6).
 cannot be reached or started within ``--spark-start-timeout``, or is lost mid-job, is an
 ``EngineUnavailableError``: one line and exit code 6 too; the session starts before a pending instant
 is touched, and an attempt the lost engine was running stays inflight, rolled back by the next run.
+On a terminal, ``execute`` turns a spinner while the session starts (a plan is checked before) and
+draws a bar while a job runs; ``--spark-log-level`` (ERROR by default) holds a local Spark's own log
+lines (``service.spark_jobs.spark_log_conf``). Both commands take ``--json`` (one document on standard
+output) and ``--detailed-exit-code`` (exit 7 when there was nothing to run or roll back).
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from __future__ import annotations
 import click
 
 from hoodied.executors.clean import DEFAULT_PARALLELISM
+from hoodied.executors.rollback import RollbackResult
 from hoodied.hoodie.heartbeat import DEFAULT_INTERVAL_MS
 from hoodied.hoodie.locks import LockSettings
 from hoodied.hoodie.properties import load_table_config
@@ -43,15 +48,29 @@ from hoodied.hoodie.timeline.active import Timeline
 from hoodied.hoodie.timeline.instant import Action, require_instant_time
 from hoodied.hoodie.timeline.truetime import TimeSettings
 from hoodied.planners.failed_writes import HEARTBEAT_INTERVAL_KEY
-from hoodied.service.cli.options import lock_options, parse_key_values, terminal_progress
+from hoodied.service.cli.options import (
+    detailed_exit_code_option,
+    echo_json,
+    finish,
+    json_option,
+    lock_options,
+    parse_key_values,
+)
+from hoodied.service.cli.terminal import interactive, progress_bar, spinner
 from hoodied.service.failed_writes import (
     is_failed_write_target,
     rollback_failed_write,
     rollback_failed_writes,
 )
 from hoodied.service.locks import lock_from_option
-from hoodied.service.operations import execute_pending, rollback_failed_attempt
-from hoodied.service.spark_jobs import DEFAULT_START_TIMEOUT_S, SPARK_SERVICES, SparkRunner
+from hoodied.service.operations import ExecuteStatus, execute_pending, rollback_failed_attempt
+from hoodied.service.spark_jobs import (
+    DEFAULT_SPARK_LOG_LEVEL,
+    DEFAULT_START_TIMEOUT_S,
+    SPARK_LOG_LEVELS,
+    SPARK_SERVICES,
+    SparkRunner,
+)
 
 __all__ = ["execute", "rollback"]
 
@@ -69,6 +88,8 @@ __all__ = ["execute", "rollback"]
               help="A Hudi writer setting for failed data writes, repeatable: "
                    "hoodie.cleaner.policy.failed.writes, hoodie.client.heartbeat.interval_in_ms, "
                    "hoodie.client.heartbeat.tolerable.misses (over the table's hoodie.properties).")
+@json_option
+@detailed_exit_code_option
 @lock_options
 @click.pass_context
 def rollback(
@@ -78,6 +99,8 @@ def rollback(
     force: bool,
     heartbeat_interval_ms: int,
     options: tuple[str, ...],
+    as_json: bool,
+    detailed_exit_code: bool,
     lock_option: str,
     lock_wait_ms: int,
     lock_retries: int,
@@ -105,7 +128,7 @@ def rollback(
                 data = rollback_failed_write(storage, instant_time, lock, writer_options, time_settings=times)
             except ValueError as exc:  # a bad -o value
                 raise click.BadParameter(str(exc), param_hint="--option") from None
-            click.echo(data.summary())
+            _rolled_back(storage, instant_time, "failed_write", data.summary(), as_json)
             return
         result = rollback_failed_attempt(
             storage,
@@ -119,9 +142,21 @@ def rollback(
         if factory is not None:
             factory.close()
     if result is None:
-        click.echo(f"{instant_time}: only requested, nothing to roll back")
+        _rolled_back(storage, instant_time, "table_service", None, as_json)
+        finish(True, detailed_exit_code)
         return
-    click.echo(result.summary())
+    _rolled_back(storage, instant_time, "table_service", result.summary(), as_json)
+
+
+def _rolled_back(storage: Storage, instant_time: str, kind: str, summary: str | None, as_json: bool) -> None:
+    """``rollback``'s result: its summary, or ``--json``'s ``table``, ``instant``, ``kind``
+    (``table_service``, ``failed_write``), ``rolled_back`` and ``summary``; ``None``: only requested."""
+    text = summary if summary is not None else f"{instant_time}: only requested, nothing to roll back"
+    if as_json:
+        echo_json({"table": storage.base_uri, "instant": instant_time, "kind": kind,
+                   "rolled_back": summary is not None, "summary": text})
+    else:
+        click.echo(text)
 
 
 @click.command()
@@ -141,15 +176,21 @@ def rollback(
               default=DEFAULT_START_TIMEOUT_S, show_default=True, metavar="SECONDS",
               help="Longest Spark session start (a Spark Connect server's connect and handshake, a local "
                    "JVM's start); beyond it, or when the server is unreachable or lost: one line, exit 6.")
+@click.option("--spark-log-level", type=click.Choice(SPARK_LOG_LEVELS, case_sensitive=False),
+              default=DEFAULT_SPARK_LOG_LEVEL, show_default=True,
+              help="Level of a local Spark JVM's own log lines on standard error (from its start); WARN or "
+                   "INFO to debug Spark itself. A Spark Connect server logs on its own side.")
 @click.option("--option", "-o", "options", multiple=True, metavar="KEY=VALUE",
               help="A Hudi writer setting, repeatable: hoodie.cleaner.policy.failed.writes=LAZY rolls back "
                    "failed data writes before a clean runs (with hoodie.client.heartbeat.interval_in_ms, "
                    "hoodie.client.heartbeat.tolerable.misses; over the table's hoodie.properties).")
+@json_option
+@detailed_exit_code_option
 @lock_options
 def execute(table: str, instant_time: str | None, parallelism: int, heartbeat_interval_ms: int, force: bool,
-            spark_master: str, spark_conf: tuple[str, ...], spark_start_timeout: float,
-            options: tuple[str, ...], lock_option: str, lock_wait_ms: int, lock_retries: int,
-            clock_skew_ms: int) -> None:
+            spark_master: str, spark_conf: tuple[str, ...], spark_start_timeout: float, spark_log_level: str,
+            options: tuple[str, ...], as_json: bool, detailed_exit_code: bool, lock_option: str,
+            lock_wait_ms: int, lock_retries: int, clock_skew_ms: int) -> None:
     """Run the pending table services of TABLE.
 
     Oldest first; the other pending instants are listed. Cleans, compactions, log
@@ -162,12 +203,15 @@ def execute(table: str, instant_time: str | None, parallelism: int, heartbeat_in
     settings = LockSettings(wait_ms=lock_wait_ms, retries=lock_retries)
     lock, factory = lock_from_option(lock_option, storage, settings)
     times = TimeSettings(max_expected_clock_skew_ms=clock_skew_ms)
-    # Spark starts only when a Spark service is pending
+    # Spark starts only when a Spark service is pending, after its plan was checked
+    shown = interactive(as_json)
     spark = SparkRunner(
         storage, lock, spark=spark_master, spark_conf=spark_settings, time_settings=times,
-        heartbeat_interval_ms=heartbeat_interval_ms, force=force, progress=terminal_progress,
-        start_timeout_s=spark_start_timeout,
+        heartbeat_interval_ms=heartbeat_interval_ms, force=force,
+        progress=lambda label: progress_bar(label, shown), start_timeout_s=spark_start_timeout,
+        log_level=spark_log_level.upper(), starting=lambda what: spinner(what, shown),
     )
+    rolled: list[RollbackResult] = []
     try:
         if _runs_a_clean(storage, instant_time):
             try:  # as Hudi's clean: failed writes first (LAZY only; nothing otherwise)
@@ -175,8 +219,9 @@ def execute(table: str, instant_time: str | None, parallelism: int, heartbeat_in
                                                 time_settings=times)
             except ValueError as exc:  # a bad -o value
                 raise click.BadParameter(str(exc), param_hint="--option") from None
-            for done in rolled:
-                click.echo(f"failed write: {done.summary()}")
+            if not as_json:
+                for done in rolled:
+                    click.echo(f"failed write: {done.summary()}")
         outcomes = execute_pending(
             storage, lock, instant_time, time_settings=times,
             parallelism=parallelism, heartbeat_interval_ms=heartbeat_interval_ms, force=force,
@@ -186,10 +231,24 @@ def execute(table: str, instant_time: str | None, parallelism: int, heartbeat_in
         spark.close()
         if factory is not None:
             factory.close()
-    if not outcomes:
-        click.echo("nothing pending")
-    for outcome in outcomes:
-        click.echo(outcome.message)
+    executed = sum(1 for o in outcomes if o.status is ExecuteStatus.EXECUTED)
+    if as_json:
+        echo_json({
+            "table": storage.base_uri,
+            "executed": executed,
+            "failed_writes_rolled_back": [done.summary() for done in rolled],
+            "instants": [
+                {"instant": o.instant.requested_time, "action": o.instant.action.value,
+                 "status": o.status.value, "message": o.message}
+                for o in outcomes
+            ],
+        })
+    else:
+        if not outcomes:
+            click.echo("nothing pending")
+        for outcome in outcomes:
+            click.echo(outcome.message)
+    finish(executed == 0 and not rolled, detailed_exit_code)
 
 
 def _runs_a_clean(storage: Storage, instant_time: str | None) -> bool:
