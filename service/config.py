@@ -11,37 +11,63 @@ source (``--table`` replaces the file's ``tables``).
 Environment names: ``HOODIED_`` + the field path joined with ``__``, case-insensitive, e.g.
 ``HOODIED_LOCK__URL=redis://redis:6379/0``, ``HOODIED_POLL_INTERVAL_SECONDS=5``,
 ``HOODIED_DEFAULTS__SERVICES__CLEAN__COMMITS_RETAINED=20``. Lists and mappings are JSON
-(``HOODIED_TABLES='["/data/t1"]'``). ``HOODIED_*`` names that are not settings are ignored.
+(``HOODIED_TABLES='["/data/t1"]'``), or the shorthands below (``HOODIED_LOCK=redis://...``).
+A ``HOODIED_*`` name that is not a setting is ignored by ``hoodied run`` with a warning in its
+start-up log, and is a problem for ``hoodied config check``, both naming the closest setting
+(``unknown_environment``); hoodied's test hooks (``HOODIED_TEST_*``) and the service links Kubernetes
+adds for a Service named ``hoodied...`` (``HOODIED_SERVICE_HOST``, ``HOODIED_PORT_9464_TCP``...) are
+not reported.
 
 Policies: ``defaults`` is the policy of every table; a table listed under ``tables`` or found
 under a ``discover`` root may carry a partial ``policy`` that is merged over ``defaults``
 (explicit table entries win over discovery). The merge happens before validation, so every
 table's effective policy is validated at start and errors name the table entry.
 
+Problems: ``ConfigError`` lists every problem of the settings at once, each once (a bad key of
+``defaults`` is one problem, not one per table that inherits it), as ``WHERE: key.path: what`` where
+WHERE is the file, the ``HOODIED_*`` variable or ``flags`` that gave the value; an unknown key names
+the closest valid one. ``settings_json_schema`` is the same tree as a JSON Schema (``hoodied config
+schema``; the Helm chart's ``values.schema.json`` embeds it for its ``config`` value).
+
 Shorthands: ``tables: ["/data/t1"]`` (paths only), ``discover: ["/data/lake"]``,
 ``lock: redis://HOST:PORT/DB`` (the URL alone), ``http: "0.0.0.0:9464"`` or ``http: off``.
 
 Tables and discover roots may live on object stores (``s3://``, ``s3a://``, ``gs://``, ``az://``,
 ``abfs://``, ``abfss://``). Credentials come from the standard environment (``AWS_*``,
-``GOOGLE_*``, ``AZURE_*``) or the instance's identity and never from these settings, so no
-secret is ever part of them (``config check --print`` and ``/status`` show everything here);
+``GOOGLE_*``, ``AZURE_*``) or the instance's identity and never from these settings;
 ``object_store`` adds the client settings a deployment may want to keep with the daemon's
 (a local S3 endpoint, a region), over the standard variables.
+
+Secrets: the settings that do hold one (a password in ``lock.url``, ``controls.http_token``, a Spark
+option named like a password, key or token, a ``;token=`` of a Spark Connect URL) are shown as
+``***`` wherever settings are shown: ``config check`` and its ``--print`` (``redacted_settings``),
+``/status``, and problem lines, whose echoed values pydantic takes from the input (``mask_secrets``).
 """
 
 from __future__ import annotations
 
+import copy
+import difflib
+import functools
+import json
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, get_args, get_origin
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
-from pydantic_settings import BaseSettings, EnvSettingsSource, SettingsConfigDict
-from pydantic_settings.exceptions import SettingsError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from hoodied.hoodie.actions.services import TableService
 from hoodied.hoodie.errors import HoodieServiceError
@@ -75,8 +101,16 @@ __all__ = [
     "Policy",
     "Services",
     "TableEntry",
+    "TableControlsConfig",
+    "UnknownVariable",
+    "chart_values_schema",
+    "environment_values",
     "load_config",
+    "mask_secrets",
     "read_yaml",
+    "redacted_settings",
+    "settings_json_schema",
+    "unknown_environment",
 ]
 
 class ConfigError(HoodieServiceError):
@@ -510,6 +544,15 @@ class SparkConfig(_Frozen):
     retry_seconds: float = Field(30.0, gt=0)
     """How long the Spark Connect client retries a call whose server does not answer before the
     engine is unavailable (pyspark's own default is about ten minutes)."""
+    log_level: Literal["DEBUG", "INFO", "WARN", "ERROR", "OFF"] = "ERROR"
+    """The level of a local Spark's own JVM log lines on standard error (its log4j root logger,
+    ``spark.log.level``): ``ERROR`` keeps Spark's start-up and WARN lines out of hoodied's log
+    stream; ``WARN`` or ``INFO`` to debug Spark itself. A Spark Connect server logs on its own side."""
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _log_level(cls, v: Any) -> Any:
+        return v.upper() if isinstance(v, str) else v
 
     @field_validator("master")
     @classmethod
@@ -566,6 +609,52 @@ class HeartbeatConfig(_Frozen):
     than interval x misses is a failed attempt and is recovered."""
 
 
+class TableControlsConfig(_Frozen):
+    """Per-table controls shared by every replica and kept across restarts (``service.table_controls``):
+    pause, quarantine and job history, in Redis when ``lock.url`` is Redis, else in ``local_store``."""
+
+    local_store: str | None = None
+    """The SQLite file of the controls when the lock is ``local`` (one replica), its folder created at
+    start; default ``$XDG_STATE_HOME/hoodied/controls.sqlite`` (``~/.local/state/...``). Unused with Redis."""
+    history_size: int = Field(50, ge=1, le=10_000)
+    """Jobs kept per table in the history (older ones are dropped)."""
+    quarantine_retry_seconds: float = Field(300.0, gt=0)
+    """Wait before one replica first retries a quarantined table; doubled after each retry that
+    finds the cause still there."""
+    quarantine_retry_max_seconds: float = Field(21_600.0, gt=0)
+    """Cap of the wait between two retries of a quarantined table."""
+    http_writes: bool = False
+    """Serve ``POST /tables/<table>/pause|resume|release`` (off: they answer 403)."""
+    http_token: SecretStr | None = None
+    """The bearer token the write endpoints require (``HOODIED_CONTROLS__HTTP_TOKEN``, from a Secret)."""
+
+    @field_validator("local_store")
+    @classmethod
+    def _local_store(cls, v: str | None) -> str | None:
+        if v is not None and ("://" in v or not v.strip()):
+            raise ValueError(f"{v!r}: expected a local file path")
+        return None if v is None else os.path.abspath(os.path.expanduser(v))
+
+    @property
+    def local_store_path(self) -> str:
+        """``local_store``, or the default under ``$XDG_STATE_HOME``."""
+        if self.local_store is not None:
+            return self.local_store
+        state = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+        return os.path.join(os.path.abspath(state), "hoodied", "controls.sqlite")
+
+    @model_validator(mode="after")
+    def _token(self) -> TableControlsConfig:
+        if self.http_writes and not (self.http_token and self.http_token.get_secret_value().strip()):
+            raise ValueError("http_writes needs http_token (HOODIED_CONTROLS__HTTP_TOKEN)")
+        return self
+
+    def retry_backoff(self, retries: int) -> float:
+        """Seconds before the retry after ``retries`` retries of a quarantined table."""
+        wait = self.quarantine_retry_seconds * 2 ** max(retries, 0)
+        return float(min(wait, self.quarantine_retry_max_seconds))
+
+
 # ---------------------------------------------------------------------------- the whole
 
 
@@ -598,6 +687,7 @@ class DaemonConfig(BaseSettings):
     heartbeat: HeartbeatConfig = HeartbeatConfig()
     spark: SparkConfig = SparkConfig()
     http: HttpConfig = HttpConfig()
+    controls: TableControlsConfig = TableControlsConfig()
     log: LogConfig = LogConfig()
     grace_period_seconds: float = Field(25.0, gt=0)
     """On SIGTERM: how long running jobs may take to finish before the process exits anyway
@@ -645,14 +735,16 @@ class DaemonConfig(BaseSettings):
             data["http"] = {"address": http or None}  # `http: off` reads as False in YAML
         return data
 
-    @model_validator(mode="after")
-    def _unique(self) -> DaemonConfig:
+    @field_validator("tables")
+    @classmethod
+    def _unique(cls, tables: list[TableEntry]) -> list[TableEntry]:
+        # a field validator, not a model one: it runs (and is reported) beside other fields' problems
         seen: set[str] = set()
-        for t in self.tables:
+        for t in tables:
             if t.path in seen:
                 raise ValueError(f"table {t.path} is listed twice")
             seen.add(t.path)
-        return self
+        return tables
 
     def liveness_seconds(self) -> float:
         return self.http.liveness_seconds or 3 * self.poll_interval_seconds + 60
@@ -708,37 +800,344 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
 
 def environment_values() -> dict[str, Any]:
     """The ``HOODIED_*`` settings of the current environment as a nested mapping (strings, JSON decoded)."""
-    try:
-        return dict(EnvSettingsSource(DaemonConfig)())
-    except SettingsError as exc:
-        raise ConfigError([f"environment: {exc}"]) from None
+    return _environment(os.environ)[0]
 
 
-def _problems(exc: ValidationError, source: str) -> list[str]:
-    out = []
-    for err in exc.errors():
-        loc = ".".join(str(p) for p in err["loc"]) or "(top level)"
-        msg = err["msg"]
-        if err["type"] == "extra_forbidden":
-            msg = "unknown setting"
-        elif err["type"] != "value_error" and not isinstance(err.get("input"), dict | list | None):
-            msg = f"{msg} (got {err['input']!r})"
-        out.append(f"{source}: {loc}: {msg}")
+# ---------------------------------------------------------------------------- the environment
+
+#: ``HOODIED_*`` names that are not settings and are never reported: hoodied's test hooks
+#: (``hoodie.crashpoints``) and the service links Kubernetes adds for a Service whose name starts with
+#: ``hoodied`` (``HOODIED_SERVICE_HOST``, ``HOODIED_PORT_9464_TCP_ADDR``...).
+_NOT_SETTINGS = re.compile(
+    r"HOODIED_TEST_.*|HOODIED(_[A-Z0-9]+)*_"
+    r"(SERVICE_HOST|SERVICE_PORT(_[A-Z0-9]+)*|PORT(_[0-9]+_(TCP|UDP|SCTP)(_(PROTO|PORT|ADDR))?)?)"
+)
+
+
+@dataclass(frozen=True)
+class UnknownVariable:
+    """A ``HOODIED_*`` environment variable that names no setting: ``run`` logs a warning and ignores it,
+    ``config check`` reports it as a problem."""
+
+    name: str
+    suggestion: str | None
+    """The closest setting's variable, if one is close."""
+
+    def __str__(self) -> str:
+        hint = f" (did you mean {self.suggestion}?)" if self.suggestion else ""
+        return f"{self.name}: not a setting{hint}"
+
+
+@dataclass(frozen=True)
+class _Variable:
+    path: tuple[str, ...]
+    structured: bool
+    """A group, list or mapping: the value is JSON (or a shorthand string)."""
+    open: bool
+    """A mapping of free keys (``spark.conf``): ``NAME__KEY`` sets one key."""
+
+
+def _model_of(annotation: Any) -> type[BaseModel] | None:
+    """The settings group a field holds (``LockConfig``; the items of ``list[TableEntry]``), if any."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in get_args(annotation):
+        found = _model_of(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def _structured(annotation: Any) -> bool:
+    if _model_of(annotation) is not None or get_origin(annotation) in (list, dict, tuple):
+        return True
+    return any(_structured(arg) for arg in get_args(annotation))
+
+
+def _variables_of(model: type[BaseModel], prefix: tuple[str, ...]) -> dict[str, _Variable]:
+    out: dict[str, _Variable] = {}
+    for name, field in model.model_fields.items():
+        path = (*prefix, name)
+        annotation = field.annotation
+        out["HOODIED_" + "__".join(path).upper()] = _Variable(
+            path, _structured(annotation), get_origin(annotation) is dict)
+        group = _model_of(annotation)
+        if group is not None and get_origin(annotation) is not list:  # list items only as JSON
+            out.update(_variables_of(group, path))
     return out
 
 
+@functools.cache
+def _variables() -> dict[str, _Variable]:
+    """Every environment variable that is a setting (``HOODIED_`` + the field path joined with ``__``)."""
+    return _variables_of(DaemonConfig, ())
+
+
+def _variable(name: str) -> _Variable | None:
+    upper = name.upper()
+    known = _variables()
+    if upper in known:
+        return known[upper]
+    for prefix, var in known.items():
+        if var.open and upper.startswith(prefix + "__") and len(upper) > len(prefix) + 2:
+            return _Variable((*var.path, name[len(prefix) + 2:].lower()), False, False)
+    return None
+
+
+def _environment(environ: Mapping[str, str]) -> tuple[dict[str, Any], dict[tuple[str, ...], str]]:
+    """The settings of the ``HOODIED_*`` variables as a nested mapping, and the variable of each path."""
+    found: list[tuple[tuple[str, ...], str, Any]] = []
+    for name, raw in environ.items():
+        var = _variable(name) if name.upper().startswith("HOODIED_") else None
+        if var is None:
+            continue  # not a setting: unknown_environment reports it
+        value: Any = raw
+        if var.structured:
+            try:
+                value = json.loads(raw)
+            except ValueError:
+                pass  # a shorthand (HOODIED_LOCK=redis://..., HOODIED_HTTP=off); else validation names it
+        found.append((var.path, name, value))
+    values: dict[str, Any] = {}
+    for path, _, value in sorted(found, key=lambda f: len(f[0])):  # a longer name refines a shorter one
+        for key in reversed(path):
+            value = {key: value}
+        values = _deep_merge(values, value)
+    return values, {path: name for path, name, _ in found}
+
+
+def unknown_environment(environ: Mapping[str, str] | None = None) -> list[UnknownVariable]:
+    """The ``HOODIED_*`` variables of ``environ`` (default: this process's) that are not settings, each
+    with the closest setting's name."""
+    environ = os.environ if environ is None else environ
+    names = [name.removeprefix("HOODIED_") for name in _variables()]
+    out = []
+    for name in sorted(environ):
+        upper = name.upper()
+        if not upper.startswith("HOODIED_") or _NOT_SETTINGS.fullmatch(upper) or _variable(name) is not None:
+            continue
+        close = difflib.get_close_matches(upper.removeprefix("HOODIED_"), names, n=1)
+        out.append(UnknownVariable(name, f"HOODIED_{close[0]}" if close else None))
+    return out
+
+
+# ---------------------------------------------------------------------------- secrets
+
+#: A setting whose name says it holds a secret (``controls.http_token``, Spark options such as
+#: ``spark.hadoop.fs.s3a.secret.key``): its value is never shown.
+_SECRET_NAME = re.compile(r"password|passwd|secret|token|credential|(^|[._-])(key|sas)([._-]|$)", re.I)
+#: A URL's password: ``redis://user:PASSWORD@host`` (a mistyped ``redis:/user:PASSWORD@host`` too).
+_URL_PASSWORD = re.compile(r"(\b[a-z][a-z0-9+.-]*:/*[^\s/:@]*:)[^\s/@]+@", re.IGNORECASE)
+#: A credential parameter of a URL: ``sc://host:15002/;token=T``, ``?password=P``, ``&sig=S``.
+_SECRET_PARAM = re.compile(
+    r"([;?&][a-z0-9_.-]*(?:password|passwd|secret|token|credential|key|sig)=)[^;&\s'\"]+", re.IGNORECASE
+)
+
+
+def mask_secrets(text: str) -> str:
+    """``text`` with the password and the credential parameters of every URL in it shown as ``***``."""
+    return _SECRET_PARAM.sub(r"\1***", _URL_PASSWORD.sub(r"\1***@", text))
+
+
+def _redacted(value: Any, secret: bool) -> Any:
+    if isinstance(value, Mapping):
+        return {k: _redacted(v, secret or bool(_SECRET_NAME.search(str(k)))) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_redacted(v, secret) for v in value]
+    if secret and value is not None:
+        return "***"
+    return mask_secrets(value) if isinstance(value, str) else value
+
+
+def redacted_settings(settings: DaemonConfig) -> dict[str, Any]:
+    """The settings as JSON values with every secret shown as ``***`` (``config check --print``): the
+    values of settings named like a secret, URL passwords and credential parameters."""
+    shown: dict[str, Any] = _redacted(settings.model_dump(mode="json"), False)
+    return shown
+
+
+# ---------------------------------------------------------------------------- problems
+
+
+def _holds(tree: Any, path: tuple[Any, ...]) -> bool:
+    """Whether a source's settings ``tree`` gives the value at ``path`` (or a list or shorthand above it,
+    which replaces whatever lower sources had)."""
+    if tree is None or (isinstance(tree, Mapping) and not tree):
+        return False
+    node = tree
+    for key in path:
+        if not isinstance(node, Mapping):
+            return True
+        if key not in node:
+            return False
+        node = node[key]
+    return True
+
+
+def _model_at(path: tuple[Any, ...]) -> type[BaseModel] | None:
+    model: type[BaseModel] = DaemonConfig
+    for key in path:
+        if isinstance(key, int):
+            continue  # an item of a list of groups
+        field = model.model_fields.get(str(key))
+        group = _model_of(field.annotation) if field is not None else None
+        if group is None:
+            return None
+        model = group
+    return model
+
+
+def _did_you_mean(loc: tuple[Any, ...]) -> str:
+    model = _model_at(loc[:-1])
+    if model is None or not loc or not isinstance(loc[-1], str):
+        return ""
+    close = difflib.get_close_matches(loc[-1], list(model.model_fields), n=1)
+    return f" (did you mean {close[0]}?)" if close else ""
+
+
+@dataclass(frozen=True)
+class _Sources:
+    """The sources of the merged settings, to say where a problem's value came from."""
+
+    file: str | None
+    doc: Mapping[str, Any]
+    variables: Mapping[tuple[str, ...], str]
+    flags: Mapping[str, Any]
+    merged: Mapping[str, Any]
+
+    def origin(self, loc: tuple[Any, ...]) -> tuple[Any, ...]:
+        """``loc``, or the ``defaults`` key a table's effective policy took the value from: ``defaults`` is
+        merged into every table's policy before validation, so its problem is one, not one per table."""
+        if len(loc) > 2 and loc[0] in ("tables", "discover") and loc[2] == "policy":
+            entries, index = self.merged.get(loc[0]), loc[1]
+            entry = entries[index] if isinstance(entries, list) and isinstance(index, int) else None
+            own = entry.get("policy") if isinstance(entry, Mapping) else None
+            if not _holds(own, loc[3:]) and _holds(self.merged.get("defaults"), loc[3:]):
+                return ("defaults", *loc[3:])
+        return loc
+
+    def where(self, loc: tuple[Any, ...]) -> str:
+        """The highest source giving the value at ``loc``: the flags, a ``HOODIED_*`` variable, the file."""
+        if _holds(self.flags, loc):
+            return "flags"
+        names = sorted(name for path, name in self.variables.items() if path[:len(loc)] == loc[:len(path)])
+        if names:
+            return ", ".join(names)
+        return self.file if self.file is not None else "settings"
+
+
+def _problems(exc: ValidationError, sources: _Sources) -> list[str]:
+    """One line per problem (``where: key.path: what``), each once, secrets masked."""
+    out: dict[str, None] = {}
+    for err in exc.errors():
+        loc = sources.origin(tuple(err["loc"]))
+        where = sources.where(loc)
+        msg, value = err["msg"], err.get("input")
+        if err["type"] == "extra_forbidden":
+            msg = "unknown setting" + _did_you_mean(loc)
+        elif any(_SECRET_NAME.search(str(key)) for key in loc):
+            if isinstance(value, str) and value:
+                msg = msg.replace(value, "***")  # a validator's message may quote the value
+        elif err["type"] != "value_error" and not isinstance(value, dict | list | None):
+            msg = f"{msg} (got {value!r})"
+        shown = ".".join(str(key) for key in loc) or "(top level)"
+        out[mask_secrets(f"{where}: {shown}: {msg}")] = None
+    return list(out)
+
+
 def load_config(file: str | Path | None = None, overrides: Mapping[str, Any] | None = None) -> DaemonConfig:
-    """File < environment < ``overrides`` (the command-line flags, already shaped like the file)."""
-    merged: dict[str, Any] = read_yaml(file) if file is not None else {}
-    env = environment_values()
-    merged = _deep_merge(merged, env)
-    merged = _deep_merge(merged, overrides or {})
-    sources = [str(file)] if file is not None else []
-    if env:
-        sources.append("environment")
-    if overrides:
-        sources.append("flags")
+    """File < environment < ``overrides`` (the command-line flags, already shaped like the file).
+
+    ``ConfigError`` lists every problem once, each with where its value came from: the file (and the key
+    path in it), the ``HOODIED_*`` variable, or the flags.
+    """
+    doc: dict[str, Any] = read_yaml(file) if file is not None else {}
+    env, variables = _environment(os.environ)
+    flags = dict(overrides or {})
+    merged = _deep_merge(_deep_merge(doc, env), flags)
     try:
         return DaemonConfig(**merged)
     except ValidationError as exc:
-        raise ConfigError(_problems(exc, " + ".join(sources) or "settings")) from None
+        sources = _Sources(str(file) if file is not None else None, doc, variables, flags, merged)
+        raise ConfigError(_problems(exc, sources)) from None
+
+
+# ---------------------------------------------------------------------------- JSON Schema
+
+#: What ``DaemonConfig._expand`` and the field validators accept beyond the fields' own types.
+_SHORTHANDS: dict[str, list[dict[str, Any]]] = {
+    "lock": [{"type": "string", "description": "lock.url alone"}],
+    "http": [{"type": ["string", "null"], "description": "http.address alone (off: none)"}, {"const": False}],
+}
+#: Settings whose names a field validator upper-cases (``level: info`` is ``INFO``).
+_ANY_CASE = (("LogConfig", "level"), ("SparkConfig", "log_level"))
+
+
+def _either(schema: dict[str, Any], *alternatives: dict[str, Any]) -> dict[str, Any]:
+    """``schema`` or one of ``alternatives``; its description and default stay outside."""
+    inner = dict(schema)
+    outer: dict[str, Any] = {key: inner.pop(key) for key in ("description", "default") if key in inner}
+    return {**outer, "anyOf": [inner, *alternatives]}
+
+
+def _any_case(words: list[str]) -> str:
+    forms = ("".join(f"[{c.upper()}{c.lower()}]" if c.isalpha() else re.escape(c) for c in w) for w in words)
+    return "^(" + "|".join(forms) + ")$"
+
+
+def _tidy(node: Any, names: bool = False) -> Any:
+    """Without pydantic's titles (the field names again), each description on one line; ``names``: a
+    mapping of names to schemas (``properties``, ``$defs``)."""
+    if isinstance(node, list):
+        return [_tidy(item) for item in node]
+    if not isinstance(node, dict):
+        return node
+    if names:
+        return {key: _tidy(value) for key, value in node.items()}
+    out: dict[str, Any] = {}
+    for key, value in node.items():
+        if key == "title":
+            continue
+        if key == "default" and isinstance(value, dict) and ("$ref" in node or "anyOf" in node):
+            continue  # a group's defaults: its own properties say them
+        if key == "description" and isinstance(value, str):
+            out[key] = " ".join(value.split())
+        elif key in ("default", "const", "enum"):
+            out[key] = value
+        else:
+            out[key] = _tidy(value, key in ("properties", "$defs"))
+    return out
+
+
+def settings_json_schema(ref_root: str = "#") -> dict[str, Any]:
+    """The JSON Schema (draft 2020-12) of a settings file as written: ``DaemonConfig``'s, with the
+    shorthands it takes (``tables: [PATH]``, ``lock: URL``, ``http: off``, ``sort_columns: "a,b"``) and the
+    levels in any case. What only code can check (paths, URL forms, the compaction strategy, a table
+    listed twice) stays ``config check``'s. ``ref_root``: where the schema sits in its document."""
+    schema = DaemonConfig.model_json_schema(ref_template=f"{ref_root}/$defs/{{model}}")
+    top, defs = schema["properties"], schema["$defs"]
+    for name in ("tables", "discover"):
+        top[name]["items"] = {"anyOf": [{"type": "string"}, top[name]["items"]]}
+    for name, alternatives in _SHORTHANDS.items():
+        top[name] = _either(top[name], *alternatives)
+    clustering = defs["ClusteringService"]["properties"]
+    clustering["sort_columns"] = _either(clustering["sort_columns"], {"type": "string"})
+    for group, name in _ANY_CASE:
+        prop = defs.get(group, {}).get("properties", {}).get(name)
+        if prop is not None and "enum" in prop:
+            prop["pattern"] = _any_case(prop.pop("enum"))
+    schema["description"] = ("hoodied's settings file (deploy/hoodied.yaml lists every key): checked by "
+                             "`hoodied config check`, printed by `hoodied config schema`.")
+    return {"$schema": "https://json-schema.org/draft/2020-12/schema", **_tidy(schema)}
+
+
+def chart_values_schema(values_schema: Mapping[str, Any]) -> dict[str, Any]:
+    """A Helm chart's ``values.schema.json`` with ``settings_json_schema`` as the schema of its ``config``
+    value; what the chart adds to ``config`` itself (a ``not`` refusing the keys the chart sets) is kept."""
+    doc = copy.deepcopy(dict(values_schema))
+    properties = doc.setdefault("properties", {})
+    generated = settings_json_schema("#/properties/config")
+    del generated["$schema"]  # only at a document's root
+    own = {key: value for key, value in properties.get("config", {}).items() if key not in generated}
+    properties["config"] = {**generated, **own}
+    return doc

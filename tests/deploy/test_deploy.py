@@ -47,7 +47,9 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
         "replicas": 3,
         "redis": {"url": "rediss://redis-master.data:6380/0", "passwordSecret": {"name": "redis-auth"},
                   "tls": {"enabled": True, "secretName": "redis-tls"}},
-        "config": {"tables": ["/data/lake/trips"], "poll_interval_seconds": 30},
+        # the shorthands and any-case levels config check takes pass the chart's schema of config too
+        "config": {"tables": ["/data/lake/trips"], "poll_interval_seconds": 30, "log": {"level": "info"},
+                   "defaults": {"services": {"clustering": {"schedule": True, "sort_columns": "city,ts"}}}},
         "podDisruptionBudget": {"maxUnavailable": 1},
         "topologySpreadConstraints": [{
             "maxSkew": 1, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "ScheduleAnyway",
@@ -81,6 +83,13 @@ INVALID_VALUE_SETS: dict[str, tuple[dict[str, Any], str]] = {
     "port-as-text": ({"port": "9464"}, "/port"),
     "unknown-key": ({"replica": 2}, "replica"),
     "anti-affinity-typo": ({"podAntiAffinity": "strict"}, "/podAntiAffinity"),
+    # config: is checked with the settings' own schema (hoodied config schema)
+    "config-typo": ({"config": {"defaults": {"services": {"clean": {"commits_retaind": 3}}}}},
+                    "additional properties 'commits_retaind' not allowed"),
+    "config-bad-value": ({"config": {"concurrency": {"workers": 0}}}, "/config/concurrency/workers"),
+    "config-chart-owned": ({"config": {"grace_period_seconds": 5}}, "/config"),
+    # a token in the ConfigMap would be readable by anyone who reads ConfigMaps: controls.httpTokenSecret
+    "config-token": ({"config": {"controls": {"http_token": "t0ken"}}}, "/config"),
 }
 
 
@@ -434,6 +443,18 @@ def test_chart_schema_rejects_invalid_values(name: str, helm: str, tmp_path: Pat
     lint = _run([helm, "lint", "--strict", str(CHART), "-f", str(_values_file(tmp_path, name, values))])
     assert lint.returncode != 0
     assert where in lint.stdout + lint.stderr
+
+
+def test_chart_schema_checks_config_with_the_settings_schema() -> None:
+    """values.schema.json's ``config`` is the settings file's JSON Schema (generated from the settings model),
+    so a settings change without a regenerated chart schema fails here."""
+    from hoodied.service.config import chart_values_schema
+
+    committed = json.loads((CHART / "values.schema.json").read_text())
+    assert chart_values_schema(committed) == committed, (
+        "helm/hoodied/values.schema.json is stale: run "
+        "`hoodied config schema --chart helm/hoodied/values.schema.json`"
+    )
 
 
 #: Values the chart README describes as a whole (free-form maps), not key by key.
