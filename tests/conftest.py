@@ -9,6 +9,15 @@ import pytest
 from tests.helpers.fixtures import require_fixture, unzip_table
 
 
+@pytest.fixture(autouse=True)
+def _own_state_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test (and every ``hoodied`` process it starts) keeps the daemon's local table controls
+    (``controls.local_store``'s default, under ``$XDG_STATE_HOME``) in a folder of its own, outside
+    its ``tmp_path`` (tests check what a run leaves there) and never in the home folder of the
+    machine running the tests."""
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path_factory.mktemp("state-home")))
+
+
 @pytest.fixture(scope="session")
 def _fixture_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("fixture-cache")

@@ -13,6 +13,7 @@ hoodied_build_info                                 gauge      version, python
 hoodied_tables_watched                             gauge
 hoodied_tables_quarantined                         gauge
 hoodied_table_quarantined                          gauge      table (1 while quarantined)
+hoodied_table_paused                               gauge      table (1 while paused)
 hoodied_pending_instants                           gauge      table, action
 hoodied_oldest_pending_instant_age_seconds         gauge      table, action
 hoodied_delta_commits_since_last_compaction        gauge      table (merge-on-read tables)
@@ -54,6 +55,11 @@ its first poll, a table that is not paused has its job counters of ``success``, 
 ``corrupt`` and its plan counters of ``planned`` and ``failed`` at 0 for each service its policy
 runs (``Metrics.track_table``), so ``increase()`` sees its first outcome; the other outcomes appear
 when they first happen.
+
+``hoodied_table_quarantined`` and ``hoodied_table_paused`` are 0 or 1 for every watched table, so a
+table that turns 1 shows as a change. A quarantine or a pause is shared by every replica
+(``service.table_controls``), so each replica reports it: aggregate with ``max by (table)``. A table
+is paused by its policy (``paused: true``) or by ``hoodied table pause`` / the HTTP API.
 
 ``hoodied_failed_writes_rolled_back_total`` counts the failed data writes rolled back before a
 clean was planned or executed, on tables whose writers use ``hoodie.cleaner.policy.failed.writes=LAZY``
@@ -97,6 +103,8 @@ _POLL_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 class TableSnapshot:
     path: str
     quarantined: bool
+    paused: bool = False
+    """Paused by its policy or by a person (``hoodied table pause``)."""
     pending: dict[str, tuple[int, float]] = field(default_factory=dict)
     """action -> (pending instants, age of the oldest in seconds)."""
     delta_commits_since_compaction: int | None = None
@@ -156,8 +164,13 @@ class StateCollector(Collector):
         success = GaugeMetricFamily("hoodied_last_success_timestamp_seconds",
                                     "When a job of this action last succeeded on the table (epoch seconds).",
                                     labels=["table", "action"])
+        paused = GaugeMetricFamily(
+            "hoodied_table_paused", "1 while the table is paused: polled, never planned or executed.",
+            labels=["table"],
+        )
         for t in s.tables:
             quarantined.add_metric([t.path], 1 if t.quarantined else 0)
+            paused.add_metric([t.path], 1 if t.paused else 0)
             for action, (count, oldest) in sorted(t.pending.items()):
                 pending.add_metric([t.path, action], count)
                 age.add_metric([t.path, action], oldest)
@@ -165,7 +178,7 @@ class StateCollector(Collector):
                 deltas.add_metric([t.path], t.delta_commits_since_compaction)
             for action, when in sorted(t.last_success.items()):
                 success.add_metric([t.path, action], when)
-        yield from (quarantined, pending, age, deltas, success)
+        yield from (quarantined, paused, pending, age, deltas, success)
         running = GaugeMetricFamily("hoodied_running_jobs", "Jobs running now.", labels=["action"])
         for action, n in sorted(s.running.items()):
             running.add_metric([action], n)

@@ -3,6 +3,19 @@
 Both are built on the event loop from the daemon's books, so they never wait for a worker
 thread. They (and ``service.daemon.http``) read the daemon through ``DaemonView``, the part of
 ``service.daemon.loop.Daemon`` a view may see, so neither imports the loop that serves them.
+
+Per-table keys of the ``/status`` document about its controls (``service.table_controls``, shared by
+every replica; times are epoch seconds):
+
+- ``paused`` (bool): paused by the policy or by a person; ``pause``: ``null`` or
+  ``{"by", "at", "reason"}`` (``by`` is ``policy`` for ``paused: true`` in the settings);
+- ``quarantined`` (the reason, or ``null``) and ``quarantined_at``; ``quarantine``: ``null`` or
+  ``{"reason", "at", "replica", "instant", "retries", "next_retry_at", "last_retry_error"}``
+  (``replica``: the one that quarantined it; ``instant``: the instant at fault, if any);
+- ``history``: the table's newest jobs of every replica, newest first, each
+  ``{"kind", "action", "instant", "outcome", "seconds", "message", "replica", "finished_at"}``
+  (``kind``: ``execute``, ``plan`` or ``retry``, a quarantine retry); ``last_outcomes`` stays this
+  replica's own recent outcomes.
 """
 
 from __future__ import annotations
@@ -10,10 +23,11 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from dataclasses import asdict
 from typing import Any, Protocol
 
 from hoodied.hoodie.storage import STORAGE_REQUESTS
-from hoodied.service.config import DaemonConfig
+from hoodied.service.config import DaemonConfig, mask_secrets
 from hoodied.service.daemon.clock import ClockState, ClockWatch
 from hoodied.service.daemon.jobs import Job, JobKind
 from hoodied.service.daemon.metrics import Metrics, StateSnapshot, TableSnapshot
@@ -21,6 +35,7 @@ from hoodied.service.daemon.registry import Registry
 from hoodied.service.daemon.table_state import TableState, item_status
 from hoodied.service.locks import RedisLockFactory
 from hoodied.service.spark_jobs import SparkEngine
+from hoodied.service.table_controls import ControlStore
 
 __all__ = ["DaemonView", "clock_document", "state_snapshot", "status_document"]
 
@@ -62,6 +77,12 @@ class DaemonView(Protocol):
     def engine(self) -> SparkEngine: ...
     @property
     def clock(self) -> ClockWatch: ...
+    @property
+    def store(self) -> ControlStore | None: ...
+
+    def controls_changed(self) -> None:
+        """A control was changed through the views (the HTTP API): the daemon reads them again."""
+        ...
 
     def lock_where(self) -> str:
         """Where the table locks live: ``local`` or the lock service's address."""
@@ -77,7 +98,8 @@ def state_snapshot(daemon: DaemonView) -> StateSnapshot:
     tables = []
     now = time.time()
     for ts in daemon.tables.values():
-        snap = TableSnapshot(ts.uri, ts.quarantine is not None, last_success=dict(ts.last_success))
+        snap = TableSnapshot(ts.uri, ts.quarantine is not None, ts.policy.paused or ts.pause is not None,
+                             last_success=dict(ts.last_success))
         if ts.poll is not None:
             for item in ts.poll.pending:
                 # the service's action (a v6 clustering replacecommit counts as clustering)
@@ -109,6 +131,14 @@ def clock_document(daemon: DaemonView) -> dict[str, Any]:
     }
 
 
+def _pause(ts: TableState) -> dict[str, Any] | None:
+    if ts.pause is not None:
+        return asdict(ts.pause)
+    if ts.policy.paused:
+        return {"by": "policy", "at": None, "reason": "paused: true in the settings"}
+    return None
+
+
 def status_document(daemon: DaemonView) -> dict[str, Any]:
     """The ``/status`` document (``hoodied status`` renders it)."""
     now, mono = time.time(), time.monotonic()
@@ -132,8 +162,11 @@ def status_document(daemon: DaemonView) -> dict[str, Any]:
             "name": config.name if config else None,
             "type": config.table_type.value if config else None,
             "version": config.version if config else None,
-            "paused": ts.policy.paused, "priority": ts.policy.priority,
+            "paused": ts.policy.paused or ts.pause is not None, "pause": _pause(ts),
+            "priority": ts.policy.priority,
             "quarantined": ts.quarantine, "quarantined_at": ts.quarantined_at,
+            "quarantine": asdict(ts.stored_quarantine) if ts.stored_quarantine else None,
+            "history": [asdict(r) for r in ts.history or []],
             "poll_failures": ts.poll_failures,
             "pending": pending,
             "running": None if job is None else {
@@ -152,8 +185,8 @@ def status_document(daemon: DaemonView) -> dict[str, Any]:
         "stop_reason": daemon.stop_reason, "once": daemon.once, "lock": daemon.lock_where(),
         "workers": {"limit": daemon.settings.concurrency.workers, "busy": len(daemon.running)},
         # up: None before the first Spark job started a session
-        "engine": {"master": daemon.settings.spark.master, "up": daemon.engine.up,
-                   "problem": daemon.engine.problem},
+        "engine": {"master": mask_secrets(daemon.settings.spark.master), "up": daemon.engine.up,
+                   "problem": daemon.engine.problem and mask_secrets(daemon.engine.problem)},
         "clock": clock_document(daemon),
         "last_poll": {"ended_at": daemon.last_cycle_end, "seconds": daemon.last_cycle_seconds,
                       "age_seconds": round(daemon.loop_heartbeat_age(), 3),

@@ -2,7 +2,9 @@
 
 ``TableState`` holds one table's books (owned by the event loop; threads get copies): the
 last poll, failures with their backoff, holds (another executor is at work), instants and
-services left waiting, planning notes and the last outcomes. From them:
+services left waiting, planning notes and the last outcomes, and the table's shared controls as
+last read from their store (``service.table_controls``: a pause, a quarantine, the recent history
+of every replica's jobs). From them:
 
 - ``item_status``: whether a pending instant is ready to run, and if not why
   (``running``, ``waiting``, ``disabled``, ``paused``, ``running-elsewhere``, ``backoff``,
@@ -10,7 +12,9 @@ services left waiting, planning notes and the last outcomes. From them:
 - ``next_for_table``: the table's next job, the oldest ready instant before any new plan
   (``service.daemon.loop`` then orders the tables' candidates);
 - ``record_outcome``: how a job's outcome changes the books (retry with backoff, hold,
-  wait, quarantine); the loop applies what it returns.
+  wait, quarantine); the loop applies what it returns;
+- ``history_record``: the entry a finished job adds to the table's shared history (every outcome
+  but ``nothing_due`` and ``claimed``, which say only that there was nothing for this replica to do).
 """
 
 from __future__ import annotations
@@ -26,9 +30,11 @@ from hoodied.service.config import DaemonConfig, Policy
 from hoodied.service.daemon.jobs import OUTAGE_OUTCOMES, Job, JobKind, JobOutcome, Outcome
 from hoodied.service.daemon.poll import PendingItem, PollResult
 from hoodied.service.daemon.registry import Registry
+from hoodied.service.table_controls import JobRecord, Pause, Quarantine
 
 __all__ = [
-    "Candidate", "Failure", "TableState", "Verdict", "item_status", "next_for_table", "record_outcome",
+    "Candidate", "Failure", "TableState", "Verdict", "history_record", "item_status", "next_for_table",
+    "record_outcome",
 ]
 
 #: A service found "nothing due" is asked again when the timeline moves, or after this long
@@ -61,7 +67,17 @@ class TableState:
     poll: PollResult | None = None
     poll_failures: int = 0
     quarantine: str | None = None
+    """Why the table is quarantined (set here at once, shared through ``stored_quarantine``)."""
     quarantined_at: float | None = None
+    stored_quarantine: Quarantine | None = None
+    """The quarantine as the shared store holds it (any replica's), at the last read or write."""
+    quarantine_stored_at: float | None = None
+    """When (monotonic) this replica's quarantine was written to the store: a read that started
+    later and finds none means it was released."""
+    pause: Pause | None = None
+    """A pause set with ``hoodied table pause`` or the HTTP API (``policy.paused`` is the settings')."""
+    history: list[JobRecord] | None = None
+    """The table's newest jobs of every replica, from the store (``None``: not read yet)."""
     failures: dict[str, Failure] = field(default_factory=dict)
     holds: dict[str, tuple[float, str]] = field(default_factory=dict)
     waiting: dict[str, str] = field(default_factory=dict)
@@ -98,6 +114,9 @@ def item_status(
         return "waiting", f"no executor for {item.service} yet; left untouched"
     if ts.policy.paused:
         return "paused", "table paused by policy"
+    if ts.pause is not None:
+        why = f": {ts.pause.reason}" if ts.pause.reason else ""
+        return "paused", f"table paused by {ts.pause.by}{why}"
     if not ts.policy.services.get(item.service).enabled:
         return "disabled", f"{item.service} disabled by policy"
     if t in ts.waiting:
@@ -201,3 +220,15 @@ def record_outcome(
             ts.failures[key] = Failure(n, now + delay, outcome.message)
             record["retry_in_seconds"] = delay
     return verdict
+
+
+def history_record(
+    job: Job, kind: JobKind, outcome: JobOutcome, replica: str, finished_at: float
+) -> JobRecord | None:
+    """The shared history's entry for a finished job (``None`` for ``nothing_due`` and ``claimed``)."""
+    if outcome.outcome in (Outcome.NOTHING_DUE, Outcome.CLAIMED):
+        return None
+    return JobRecord(kind=str(kind), action=job.action,
+                     instant=job.instant.requested_time if job.instant else None,
+                     outcome=str(outcome.outcome), seconds=round(outcome.seconds, 3),
+                     message=outcome.message, replica=replica, finished_at=finished_at)

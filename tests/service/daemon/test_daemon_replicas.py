@@ -67,8 +67,10 @@ def _config(path: Path, **values: Any) -> Path:
 
 
 def _redis_keys(server: RedisServer) -> list[str]:
+    """The keys of locks, leases and slots (not the per-table controls: service.table_controls)."""
     resp = server.command("KEYS", "hoodied:*").decode()
-    return [k for k in resp.split("\r\n") if k.startswith("hoodied:")]
+    return [k for k in resp.split("\r\n")
+            if k.startswith(("hoodied:lock:", "hoodied:lease:", "hoodied:slot:"))]
 
 
 def _redis_int(server: RedisServer, key: str) -> int:
