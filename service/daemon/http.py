@@ -1,6 +1,6 @@
 """The daemon's HTTP endpoint, served on its own event loop (no side thread, no framework).
 
-Routes (GET or HEAD; anything else is 405, unknown paths 404):
+Routes (GET or HEAD, but for the POSTs of ``/tables/``; anything else is 405, unknown paths 404):
 
 - ``/metrics``: Prometheus text format (``service.daemon.metrics``).
 - ``/healthz``: liveness. 200 while the last poll cycle ended (or the daemon started) less
@@ -13,6 +13,9 @@ Routes (GET or HEAD; anything else is 405, unknown paths 404):
   ``READY_CACHE_S`` so probes cannot hammer it.
 - ``/status``: the JSON document of ``service.daemon.status.status_document`` (what
   ``hoodied status`` shows).
+- ``POST /tables/<table>/pause|resume|release``: the per-table controls, off unless
+  ``controls.http_writes`` and behind a bearer token (``service.daemon.controls``).
+- ``/``: the status page, that document as HTML (``service.daemon.page``), reloading itself.
 
 HTTP/1.0-style: one request per connection, answered and closed. Requests larger than
 ``MAX_REQUEST`` bytes or slower than ``READ_TIMEOUT_S`` are dropped. The server handles no
@@ -31,7 +34,10 @@ import structlog
 from anyio.abc import Listener, SocketAttribute, SocketStream
 
 from hoodied.hoodie.errors import HoodieServiceError
+from hoodied.service.daemon.controls import PREFIX as CONTROLS_PREFIX
+from hoodied.service.daemon.controls import control_response
 from hoodied.service.daemon.metrics import CONTENT_TYPE
+from hoodied.service.daemon.page import refresh_seconds, render_page
 from hoodied.service.daemon.status import DaemonView, status_document
 
 __all__ = ["HttpBindError", "listen", "serve_http"]
@@ -43,7 +49,8 @@ READ_TIMEOUT_S = 5.0
 READY_CACHE_S = 10.0
 
 _REASONS = {
-    200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed", 503: "Service Unavailable",
+    200: "OK", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found",
+    405: "Method Not Allowed", 503: "Service Unavailable",
 }
 
 
@@ -105,6 +112,11 @@ async def _respond(daemon: DaemonView, ready: _Ready, path: str) -> tuple[int, s
     if path == "/status":
         body = json.dumps(status_document(daemon), default=str).encode()
         return 200, "application/json", body
+    if path == "/":
+        # rendered from the document as /status serves it (JSON types): it shows nothing /status does not
+        doc = json.loads(json.dumps(status_document(daemon), default=str))
+        refresh = refresh_seconds(daemon.settings.poll_interval_seconds)
+        return 200, "text/html; charset=utf-8", render_page(doc, now=time.time(), refresh=refresh).encode()
     return 404, "text/plain", b"not found\n"
 
 
@@ -130,11 +142,15 @@ async def _handle(daemon: DaemonView, ready: _Ready, stream: SocketStream) -> No
         method = parts[0].decode("latin-1") if parts else ""
         if len(parts) >= 2:
             path = parts[1].decode("latin-1").split("?", 1)[0]
-            if method not in ("GET", "HEAD"):
+            if method not in ("GET", "HEAD") and not path.startswith(CONTROLS_PREFIX):
                 status, ctype, body = 405, "text/plain", b"GET or HEAD only\n"
             else:
                 try:
-                    status, ctype, body = await _respond(daemon, ready, path)
+                    if path.startswith(CONTROLS_PREFIX):
+                        target = parts[1].decode("latin-1")
+                        status, ctype, body = await control_response(daemon, method, target, head)
+                    else:
+                        status, ctype, body = await _respond(daemon, ready, path)
                 except Exception:
                     log.exception("http handler failed", path=path)
                     status, ctype, body = 503, "text/plain", b"internal error\n"
