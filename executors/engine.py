@@ -77,6 +77,7 @@ from pyspark.sql import SparkSession
 from hoodied.hoodie import errors
 from hoodied.hoodie.errors import OUTAGE_ERRNOS, EngineUnavailableError, HoodieServiceError, StorageError
 from hoodied.hoodie.filenames import make_write_token
+from hoodied.hoodie.secrets import mask_secrets
 
 log = logging.getLogger(__name__)
 
@@ -215,14 +216,14 @@ _ADDRESSES: dict[int, str] = {}
 def connect_address(url: str) -> tuple[str, int]:
     """HOST and PORT of a Spark Connect URL ``sc://HOST[:PORT][/;param=value...]``."""
     if not url.startswith("sc://"):
-        raise ValueError(f"{url!r} is not a Spark Connect URL (sc://HOST:PORT)")
+        raise ValueError(f"{mask_secrets(url)!r} is not a Spark Connect URL (sc://HOST:PORT)")
     parts = urlsplit("//" + url[len("sc://"):].split("/", 1)[0])
     try:
         port = parts.port
     except ValueError:
-        raise ValueError(f"{url!r}: the port is not a number") from None
+        raise ValueError(f"{mask_secrets(url)!r}: the port is not a number") from None
     if not parts.hostname:
-        raise ValueError(f"{url!r}: no host")
+        raise ValueError(f"{mask_secrets(url)!r}: no host")
     return parts.hostname, port or CONNECT_DEFAULT_PORT
 
 
@@ -432,7 +433,8 @@ def _connect_session(spark: str, conf: Mapping[str, str], retry_s: float) -> Spa
                 if is_engine_lost(exc):
                     raise
                 # as the builder's options: a setting the server refuses (a static one) is skipped
-                log.warning("Spark Connect %s: setting %s not applied: %s", spark, key, _one_line(exc))
+                log.warning("Spark Connect %s: setting %s not applied: %s", mask_secrets(spark), key,
+                            _one_line(exc))
     except BaseException:
         _stop_now(session, lost=True)
         raise
@@ -537,25 +539,26 @@ def spark_session(
     # pyspark marks the process as a Connect client in the environment and leaves the mark after
     # the session stops: a later local session (and every child process) would then refuse to start
     leaked_mode = _CONNECT_MODE not in os.environ
+    shown = mask_secrets(spark)  # a Connect URL may carry ;token=: never in a message or a log line
     if spark.startswith("sc://"):
         try:
             problem = connect_problem(spark, min(_PROBE_TIMEOUT_S, start_timeout_s))
         except ValueError as exc:
-            raise ValueError(f"--spark {spark!r}: {exc}") from None
+            raise ValueError(f"--spark {shown!r}: {exc}") from None
         if problem is not None:
-            raise EngineUnavailableError(f"Spark Connect {spark} unreachable: {problem}")
+            raise EngineUnavailableError(f"Spark Connect {shown} unreachable: {problem}")
         started = time.monotonic()
         try:
             session = _bounded(lambda: _connect_session(spark, conf, retry_s), start_timeout_s,
-                               f"Spark Connect {spark}: session start",
+                               f"Spark Connect {shown}: session start",
                                late=lambda s: _stop_now(s, lost=True))
         except Exception as exc:
             if leaked_mode:
                 os.environ.pop(_CONNECT_MODE, None)
             if not isinstance(exc, HoodieServiceError) and is_engine_lost(exc):
-                raise engine_error(exc, spark) from exc
+                raise engine_error(exc, shown) from exc
             raise
-        log.info("Spark Connect session on %s (started in %.1f s)", spark, time.monotonic() - started)
+        log.info("Spark Connect session on %s (started in %.1f s)", shown, time.monotonic() - started)
     elif spark == LOCAL or spark.startswith("local["):
         active = SparkSession.getActiveSession()
         if active is not None:  # this process runs Spark already (tests, an embedding application)
@@ -571,8 +574,8 @@ def spark_session(
             raise engine_error(exc, master) from exc
         log.info("local Spark session %s (Spark %s)", master, session.version)
     else:
-        raise ValueError(f"--spark {spark!r}: expected 'local', 'local[N]' or sc://HOST:PORT")
-    _ADDRESSES[id(session)] = spark
+        raise ValueError(f"--spark {shown!r}: expected 'local', 'local[N]' or sc://HOST:PORT")
+    _ADDRESSES[id(session)] = shown
     try:
         yield session
     finally:

@@ -72,6 +72,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from hoodied.hoodie.actions.services import TableService
 from hoodied.hoodie.errors import HoodieServiceError
 from hoodied.hoodie.locks import LockSettings
+from hoodied.hoodie.secrets import mask_secrets
 from hoodied.hoodie.storage import OBJECT_STORE_SCHEMES
 from hoodied.planners.clean import CleanPolicy, CleanSettings
 from hoodied.planners.clustering import ClusteringSettings
@@ -926,17 +927,6 @@ def unknown_environment(environ: Mapping[str, str] | None = None) -> list[Unknow
 #: A setting whose name says it holds a secret (``controls.http_token``, Spark options such as
 #: ``spark.hadoop.fs.s3a.secret.key``): its value is never shown.
 _SECRET_NAME = re.compile(r"password|passwd|secret|token|credential|(^|[._-])(key|sas)([._-]|$)", re.I)
-#: A URL's password: ``redis://user:PASSWORD@host`` (a mistyped ``redis:/user:PASSWORD@host`` too).
-_URL_PASSWORD = re.compile(r"(\b[a-z][a-z0-9+.-]*:/*[^\s/:@]*:)[^\s/@]+@", re.IGNORECASE)
-#: A credential parameter of a URL: ``sc://host:15002/;token=T``, ``?password=P``, ``&sig=S``.
-_SECRET_PARAM = re.compile(
-    r"([;?&][a-z0-9_.-]*(?:password|passwd|secret|token|credential|key|sig)=)[^;&\s'\"]+", re.IGNORECASE
-)
-
-
-def mask_secrets(text: str) -> str:
-    """``text`` with the password and the credential parameters of every URL in it shown as ``***``."""
-    return _SECRET_PARAM.sub(r"\1***", _URL_PASSWORD.sub(r"\1***@", text))
 
 
 def _redacted(value: Any, secret: bool) -> Any:

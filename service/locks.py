@@ -58,7 +58,6 @@ import time
 import uuid
 from collections.abc import Coroutine
 from typing import Any, TypeVar
-from urllib.parse import urlparse
 
 import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
@@ -78,6 +77,7 @@ from hoodied.hoodie.locks import (
     utc_from_ms,
 )
 from hoodied.hoodie.object_storage import ObjectStorage
+from hoodied.hoodie.secrets import mask_secrets
 from hoodied.hoodie.storage import Storage
 from hoodied.service.fs_lock import filesystem_lock_from_option
 from hoodied.service.storage_lock import StorageBasedLock
@@ -228,11 +228,7 @@ class RedisLockFactory:
 
 def redacted_url(url: str) -> str:
     """The URL with its password masked (``***``): for messages, thread names and shown settings."""
-    p = urlparse(url)
-    if p.password:
-        netloc = f"{p.username or ''}:***@{p.hostname}" + (f":{p.port}" if p.port else "")
-        return p._replace(netloc=netloc).geturl()
-    return url
+    return mask_secrets(url)
 
 
 class RedisTableLock(TableLockBase):

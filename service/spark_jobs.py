@@ -59,6 +59,7 @@ from hoodied.hoodie.errors import EngineUnavailableError, InstantStateError, Uns
 from hoodied.hoodie.heartbeat import DEFAULT_INTERVAL_MS, DEFAULT_TOLERABLE_MISSES
 from hoodied.hoodie.locks import TableLock
 from hoodied.hoodie.properties import TableConfig, load_table_config
+from hoodied.hoodie.secrets import mask_secrets
 from hoodied.hoodie.storage import Storage
 from hoodied.hoodie.timeline.active import Timeline
 from hoodied.hoodie.timeline.instant import Action, Instant
@@ -403,7 +404,7 @@ class SparkEngine:
 
     def _set_up(self) -> None:
         if self.up is False and self.log_changes:
-            log.info("Spark engine available again: %s", self._master)
+            log.info("Spark engine available again: %s", mask_secrets(self._master or ""))
         self.up, self.problem, self._down_error = True, None, None
 
     @property

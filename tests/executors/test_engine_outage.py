@@ -40,6 +40,9 @@ def _files(root: Path) -> dict[str, str]:
             for p in sorted(root.rglob("*"))}
 
 
+TOKEN = "S3CRET-connect-token"
+
+
 def _execute(root: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], float]:
     started = time.monotonic()
     proc = subprocess.run(
@@ -54,10 +57,12 @@ def test_execute_on_a_closed_port_prints_one_line_and_exits_6(tmp_path: Path) ->
     pending_compaction_table(root)
     before = _files(root)
     port = free_port()
-    proc, seconds = _execute(root, "--spark", f"sc://127.0.0.1:{port}", "--spark-start-timeout", "10")
+    # the server's token never shows, in the message as anywhere else
+    proc, seconds = _execute(root, "--spark", f"sc://127.0.0.1:{port}/;token={TOKEN}",
+                             "--spark-start-timeout", "10")
     assert proc.returncode == EXIT_OUTAGE, proc.stderr
     assert proc.stderr.splitlines() == [
-        f"hoodied: error: Spark Connect sc://127.0.0.1:{port} unreachable: "
+        f"hoodied: error: Spark Connect sc://127.0.0.1:{port}/;token=*** unreachable: "
         f"cannot connect to 127.0.0.1:{port}: Connection refused"
     ]
     assert proc.stdout == ""
@@ -84,16 +89,17 @@ def test_execute_against_a_server_that_never_answers_gives_up_after_the_start_ti
     threading.Thread(target=accept, daemon=True).start()
     port = int(listener.getsockname()[1])
     try:
-        proc, seconds = _execute(root, "--spark", f"sc://127.0.0.1:{port}", "--spark-start-timeout", "3")
+        proc, seconds = _execute(root, "--spark", f"sc://127.0.0.1:{port}/;token={TOKEN}",
+                                 "--spark-start-timeout", "3")
     finally:
         listener.close()
         for conn in held:
             conn.close()
     assert held, "the command never connected"
     assert proc.returncode == EXIT_OUTAGE, proc.stderr
-    assert proc.stderr.splitlines() == [
-        f"hoodied: error: Spark Connect sc://127.0.0.1:{port}: session start: no answer in 3 s"
-    ]
+    assert proc.stderr.splitlines()[-1] == \
+        f"hoodied: error: Spark Connect sc://127.0.0.1:{port}/;token=***: session start: no answer in 3 s"
+    assert TOKEN not in proc.stderr + proc.stdout
     assert 3 <= seconds < 3 + 10, seconds  # the start timeout, then the process exits at once
     assert _files(root) == before
 
