@@ -80,6 +80,16 @@ def _metric(text: str, name: str) -> float | None:
     return float(m.group(1)) if m else None
 
 
+def _stop_all(procs: dict[str, subprocess.Popen[str]]) -> dict[str, list[dict[str, Any]]]:
+    """SIGTERM every replica (each must exit 0), emptying ``procs``; their log events by name."""
+    logs = {}
+    for name in list(procs):
+        code, err = stop(procs.pop(name))
+        assert code == 0, (name, err[-3000:])
+        logs[name] = events(err)
+    return logs
+
+
 def _skew_reported(port: int, sign: int) -> bool:
     ready = get_or_none(port, "/readyz")
     metrics = get_or_none(port, "/metrics")
@@ -150,11 +160,7 @@ def test_skewed_replicas_take_no_work_while_a_healthy_one_cleans_every_table(
             doc = json.loads(get(port, "/status")[1])
             assert doc["tables_quarantined"] == 0, (name, doc["recent_errors"])
             assert doc["clock"]["state"] == ("in_bounds" if name == "healthy" else "skewed"), doc["clock"]
-        logs = {}
-        for name in list(procs):
-            code, err = stop(procs.pop(name))
-            assert code == 0, (name, err[-3000:])
-            logs[name] = events(err)
+        logs = _stop_all(procs)
     finally:
         for p in procs.values():
             if p.poll() is None:
@@ -307,11 +313,7 @@ def test_a_writer_beside_skewed_replicas_loses_nothing(
         wait_for("the healthy replica cleans after the last write", settled, 120, tuple(procs.values()))
         ended_at = time.time()
         assert _skew_reported(ports["fast"], +1) and _skew_reported(ports["slow"], -1)
-        logs = {}
-        for name in list(procs):
-            code, err = stop(procs.pop(name))
-            assert code == 0, (name, err[-3000:])
-            logs[name] = events(err)
+        logs = _stop_all(procs)
     finally:
         factory.close()
         for p in procs.values():
