@@ -60,9 +60,10 @@ class StorageError(HoodieServiceError):
     retryable = True
 
 
-#: OS errors that say the storage cannot take writes for now (full, over quota, read-only): an outage
-#: to wait out, never a fault of the table.
-OUTAGE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS})
+#: OS errors that say the storage cannot take writes for now (full, over quota, read-only, access
+#: denied): an outage to wait out, never a fault of the table. Access denied is one as on an object
+#: store (a 403): permissions are the operator's to fix, and the table's files are not at fault.
+OUTAGE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES})
 
 
 class StorageFileNotFoundError(StorageError):

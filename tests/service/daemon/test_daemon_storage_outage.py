@@ -127,4 +127,5 @@ def test_storage_outages_are_told_apart_from_broken_tables(tmp_path: Path) -> No
     assert is_storage_outage(StorageError("s3://b/k: get failed on bucket 'b': 503 SlowDown"))
     assert is_storage_outage(OSError(errno.ENOSPC, "No space left on device"))
     assert is_storage_outage(OSError(errno.EROFS, "Read-only file system"))
+    assert is_storage_outage(OSError(errno.EACCES, "Permission denied"))  # as a 403 from a bucket
     assert not is_storage_outage(OSError(errno.EINVAL, "Invalid argument"))
