@@ -92,6 +92,7 @@ from hoodied.hoodie.basefile import (
     DEFAULT_ROW_GROUP_ROWS,
     FILE_NAME,
     RECORD_KEY,
+    BaseFileSettings,
     BaseFileWriter,
     repeat_string,
 )
@@ -172,6 +173,8 @@ class ClusteringJob:
     sort_columns: tuple[str, ...]
     target_file_bytes: int
     row_group_rows: int = DEFAULT_ROW_GROUP_ROWS
+    file_settings: BaseFileSettings = BaseFileSettings()
+    """Codec and bloom filter of the new base files: Hudi's for the table (``BaseFileSettings.for_table``)."""
 
     def __call__(self, index: int, write_token: str) -> pa.RecordBatch:
         return cluster_group(self, index, write_token)
@@ -248,7 +251,7 @@ class _PartWriter:
         self.started = time.monotonic()
         self.writer = BaseFileWriter(
             self.job.storage, path, self.job.schema, avro_schema=self.job.footer_schema,
-            row_group_rows=self.job.row_group_rows,
+            row_group_rows=self.job.row_group_rows, settings=self.job.file_settings,
         )
         self.file_id = file_id
 
@@ -432,7 +435,7 @@ def prepare_job(
     job = ClusteringJob(
         storage, config, timeline, inst.requested_time, schemas.arrow, schemas.footer, tuple(groups),
         tuple(g.num_output_file_groups for g in plan.input_groups), columns, target_file_max_bytes(plan),
-        row_group_rows,
+        row_group_rows, BaseFileSettings.for_table(config),  # refused here when unsupported, before any write
     )
     return job, schemas.table
 

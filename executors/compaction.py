@@ -78,6 +78,7 @@ from hoodied.hoodie.actions.write_schema import write_schemas
 from hoodied.hoodie.basefile import (
     COMMIT_TIME,
     FILE_NAME,
+    BaseFileSettings,
     BaseFileWriter,
     repeat_string,
 )
@@ -151,6 +152,8 @@ class CompactionJob:
     schema: pa.Schema
     footer_schema: str
     slices: tuple[FileSlice, ...]
+    file_settings: BaseFileSettings = BaseFileSettings()
+    """Codec and bloom filter of the new base files: Hudi's for the table (``BaseFileSettings.for_table``)."""
 
     def __call__(self, index: int, write_token: str) -> pa.RecordBatch:
         return compact_operation(self, index, write_token)
@@ -196,7 +199,8 @@ def compact_operation(job: CompactionJob, index: int, write_token: str) -> pa.Re
         s.partition, name, IOType.MERGE if s.base_file is not None else IOType.CREATE
     )
     crash_point(f"task:{index}")
-    with BaseFileWriter(job.storage, path, job.schema, avro_schema=job.footer_schema) as writer:
+    with BaseFileWriter(job.storage, path, job.schema, avro_schema=job.footer_schema,
+                        settings=job.file_settings) as writer:
         file_col = job.schema.get_field_index(FILE_NAME)
         file_field = job.schema.field(FILE_NAME)
         from_logs = 0
@@ -290,8 +294,9 @@ def prepare_job(
             )
         seen.add(key)
     schemas = write_schemas(HoodieTable(storage, config, timeline), where)
+    # an unsupported codec or bloom setting is refused here, before anything is written
     job = CompactionJob(storage, config, timeline, inst.requested_time, schemas.arrow, schemas.footer,
-                        tuple(slices))
+                        tuple(slices), BaseFileSettings.for_table(config))
     return job, schemas.table
 
 

@@ -20,8 +20,10 @@ Java writers route updates to the wrong file group. This module owns that format
   then standard Base64. A positive first int is the legacy header (it is ``nb_hash``; hash type
   Jenkins, no hash-type byte).
 
-Bulk adds (``add_keys``) hash whole Arrow/NumPy batches at once, so a million keys take about a
-second; single keys use a small pure-Python hash.
+Bulk adds (``add_keys``) hash whole Arrow/NumPy batches at once, mixing each key's 4-byte words
+once for all ``nb_hash`` hashes (only the seed differs between them), so a million keys at
+Hudi's default sizing (30 hashes) take about 0.4 CPU seconds; single keys use a small
+pure-Python hash.
 """
 
 from __future__ import annotations
@@ -68,6 +70,8 @@ DEFAULT_MAX_ENTRIES = 100_000
 MDT_NUM_ENTRIES = 10_000
 
 _M = 0x5BD1E995
+#: Keys hashed at once by ``BloomFilter.add_keys``.
+_ADD_SLICE = 16_384
 _MASK = 0xFFFFFFFF
 _VERSION = -1
 
@@ -138,30 +142,46 @@ def hash_positions(key: bytes, nb_hash: int, vector_size: int) -> list[int]:
 # ---------------------------------------------------------------- vectorised hashing
 
 
-def _murmur_block(mat: np.ndarray, seeds: np.ndarray) -> np.ndarray:
-    """MurmurHash 2 of every row of ``mat`` (n × L uint8, all keys of one length) with per-row seeds."""
+def _key_words(mat: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+    """The seed-independent part of MurmurHash 2 for a block of equal-length keys.
+
+    ``mat`` is n × L uint8. Returns the mixed 4-byte words, one contiguous row per word position
+    (``k = w * m; k ^= k >> 24; k *= m``), and the tail bytes folded into one value (or None when
+    L is a multiple of 4). Every one of a filter's ``nb_hash`` hashes reuses them: only the
+    seed changes from hash to hash.
+    """
     n, length = mat.shape
-    h = seeds ^ np.uint32(length)
     m = np.uint32(_M)
     n4 = length >> 2
-    if n4:
-        words = np.ascontiguousarray(mat[:, : n4 * 4]).view("<u4")
-        for i in range(n4):
-            k = words[:, i] * m
-            k ^= k >> np.uint32(24)
-            k *= m
-            h = (h * m) ^ k
+    words = np.ascontiguousarray(mat[:, : n4 * 4]).view("<u4").T.copy()  # n4 × n
+    words *= m
+    words ^= words >> np.uint32(24)
+    words *= m
     left = length - n4 * 4
-    if left:
-        tail = mat[:, n4 * 4 :].view(np.int8).astype(np.int32).view(np.uint32)
-        if left >= 3:
-            h ^= tail[:, left - 3] << np.uint32(16)
-        if left >= 2:
-            h ^= tail[:, left - 2] << np.uint32(8)
-        h ^= tail[:, left - 1]
-        h = h * m
+    if not left:
+        return words, None
+    # Java bytes are signed: sign-extend before the shift/xor.
+    tail_bytes = mat[:, n4 * 4 :].view(np.int8).astype(np.int32).view(np.uint32)
+    tail = tail_bytes[:, left - 1].copy()
+    if left >= 2:
+        tail ^= tail_bytes[:, left - 2] << np.uint32(8)
+    if left >= 3:
+        tail ^= tail_bytes[:, left - 3] << np.uint32(16)
+    return words, tail
+
+
+def _murmur_block(words: np.ndarray, tail: np.ndarray | None, length: int, seeds: np.ndarray) -> np.ndarray:
+    """MurmurHash 2 of every key of a block (``_key_words``) with per-key seeds."""
+    m = np.uint32(_M)
+    h = seeds ^ np.uint32(length)
+    for k in words:
+        h *= m
+        h ^= k
+    if tail is not None:
+        h ^= tail
+        h *= m
     h ^= h >> np.uint32(13)
-    h = h * m
+    h *= m
     h ^= h >> np.uint32(15)
     return h
 
@@ -171,10 +191,12 @@ def _positions_block(mat: np.ndarray, nb_hash: int, vector_size: int) -> np.ndar
     out = np.empty((mat.shape[0], nb_hash), dtype=np.int64)
     seeds = np.zeros(mat.shape[0], dtype=np.uint32)
     with np.errstate(over="ignore"):
+        words, tail = _key_words(mat)
         for j in range(nb_hash):
-            seeds = _murmur_block(mat, seeds)
+            seeds = _murmur_block(words, tail, mat.shape[1], seeds)
             signed = seeds.view(np.int32).astype(np.int64)
-            out[:, j] = np.abs(signed) % vector_size
+            np.abs(signed, out=signed)
+            np.remainder(signed, vector_size, out=out[:, j])
     return out
 
 
@@ -268,8 +290,12 @@ class BloomFilter:
         self._check_hash()
         if not isinstance(keys, pa.Array | pa.ChunkedArray):
             keys = pa.array(list(keys), type=pa.large_string())
-        if len(keys) == 0:
-            return
+        # Slices keep the hashing's temporaries (keys x nb_hash positions) within the CPU cache:
+        # a whole 250,000-key batch at once took three times the CPU of the same keys in slices.
+        for start in range(0, len(keys), _ADD_SLICE):
+            self._add_slice(keys.slice(start, _ADD_SLICE))
+
+    def _add_slice(self, keys: pa.Array | pa.ChunkedArray) -> None:
         pos = hash_positions_bulk(keys, self.nb_hash, self.vector_size)
         rows = self._next_rows(len(keys))
         if len(self.rows) == 1:

@@ -229,3 +229,24 @@ def test_python_worker_killed_mid_task(tmp_path: Path, spark: Session) -> None:
     assert hudi_rs_rows(root) == before  # nothing a reader counts
     _completes(root, t, before)
     assert len(list(root.rglob(f"*_{t}.parquet"))) == len(ops)
+
+
+def test_the_table_codec_is_checked_before_spark_and_then_written(tmp_path: Path, spark: Session) -> None:
+    """A codec the table's config names and hoodied cannot write is refused with one line before
+    anything (exit 5); one it can write is the codec of every new base file."""
+    root = tmp_path / "t"
+    written_mor_table(root)
+    before = hudi_rs_rows(root)
+    t, _ = _schedule(root)
+    props = root / ".hoodie" / "hoodie.properties"
+    original = props.read_text()
+    props.write_text(original + "hoodie.parquet.compression.codec=lzo\n")
+    _fails(root, t, 5, "hoodie.parquet.compression.codec='lzo'")
+    assert _state(root, t) is State.REQUESTED
+    props.write_text(original + "hoodie.parquet.compression.codec=snappy\n")
+    _completes(root, t, before)
+    written = list(root.rglob(f"*_{t}.parquet"))
+    assert written
+    for path in written:
+        meta = pq.ParquetFile(path).metadata
+        assert {meta.row_group(0).column(c).compression for c in range(meta.num_columns)} == {"SNAPPY"}
