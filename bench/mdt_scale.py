@@ -6,26 +6,31 @@ Builds, under ``--workdir`` (reused when already built for the same key count), 
 updating 10 % of the keys and a DELETE block removing 1 % (``tests/hoodie/metadata/
 record_index_mdt.py``, hoodied's own writers). A pristine copy is kept; each run compacts a copy.
 
-Then, each in a fresh Python process (so that its peak memory is its own):
+Then, ``--repeats`` times (default 3), alternately, each in a fresh Python process (so that its
+peak memory is its own):
 
-* ``schedule_mdt_compaction`` + ``execute_mdt_compaction`` (the streaming merge and write):
-  ``seconds`` and ``peak_rss_mb``; ``baseline_rss_mb`` is the same process's RSS just before
-  (the interpreter and its imports), so ``peak_rss_mb - baseline_rss_mb`` is what the
-  compaction added;
+* ``schedule_mdt_compaction`` + ``execute_mdt_compaction`` (the streaming merge and write) of a
+  fresh copy: ``seconds``, ``cpu_seconds`` and ``peak_rss_mb``; ``baseline_rss_mb`` is the same
+  process's RSS just before (the interpreter and its imports), so ``peak_rss_mb -
+  baseline_rss_mb`` is what the compaction added;
 * the reference (unless ``--no-reference``): the whole-slice path the compaction used before,
   ``merge_file_slice`` + ``compacted_cells`` + ``encode_base_hfile`` over the same slice, written
-  to a local file: ``reference_seconds``, ``reference_peak_rss_mb``; both write the same number
-  of records (checked).
+  to a local file: ``reference_seconds``, ``reference_cpu_seconds``, ``reference_peak_rss_mb``;
+  both write the same number of records (checked).
 
-Memory is the process's peak resident set size, its own ``VmHWM`` (``/proc/self/status``), not
-a Python-allocation count. (``getrusage``'s ``ru_maxrss`` would not do: Linux keeps it across
-``execve``, so a child started by a parent that built a big table reports the parent's peak.)
-It prints ONE JSON line::
+CPU seconds are the measured process's own (``getrusage(RUSAGE_SELF)`` around the step, every
+thread; the step starts no process). Memory is the process's peak resident set size, its own
+``VmHWM`` (``/proc/self/status``), not a Python-allocation count. (``getrusage``'s
+``ru_maxrss`` would not do: Linux keeps it across ``execve``, so a child started by a parent
+that built a big table reports the parent's peak.) It prints ONE JSON line::
 
-    {"keys": ..., "seconds": ..., "peak_rss_mb": ..., "baseline_rss_mb": ...,
-     "reference_seconds": ..., "reference_peak_rss_mb": ..., "ratio": ..., ...}
+    {"keys": ..., "repeats": 3, "seconds": ..., "seconds_range": [lo, hi], "cpu_seconds": ...,
+     "peak_rss_mb": ..., "baseline_rss_mb": ..., "reference_seconds": ...,
+     "reference_cpu_seconds": ..., "reference_peak_rss_mb": ..., "ratio": ..., "cpu_ratio": ..., ...}
 
-``ratio`` = seconds / reference_seconds.
+Each figure is the median over the repeats, with its ``_range`` (lowest, highest); ``ratio`` /
+``cpu_ratio`` = streaming / whole-slice of the same repeat. On a busy machine the CPU figures are
+the robust ones.
 """
 
 from __future__ import annotations
@@ -41,6 +46,8 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the generator lives with the tests
+
+from _measure import Runs, figures, median_range, self_cpu  # noqa: E402
 
 from hoodied.hoodie.properties import load_table_config  # noqa: E402
 from hoodied.hoodie.storage import LocalStorage  # noqa: E402
@@ -87,14 +94,15 @@ def _child_compact(table: Path) -> dict[str, Any]:
     lock = InProcessLock(str(table))
     writer = TimelineWriter(storage, config, lock)
     baseline = _rss_mb()
-    start = time.perf_counter()
+    start, cpu0 = time.perf_counter(), self_cpu()
     with lock:
         inst = schedule_mdt_compaction(writer, writer.new_instant_time())
         assert inst is not None, "nothing to compact"
         result = execute_mdt_compaction(writer, inst.requested_time, config.version)
-    seconds = time.perf_counter() - start
+    seconds, cpu = time.perf_counter() - start, self_cpu() - cpu0
     return {
         "seconds": seconds,
+        "cpu_seconds": cpu,
         "records": result.records,
         "baseline_rss_mb": baseline,
         "peak_rss_mb": _peak_mb(),
@@ -114,14 +122,20 @@ def _child_reference(table: Path) -> dict[str, Any]:
     timeline = Timeline.load(storage, config)
     version = slice_["version"]
     baseline = _rss_mb()
-    start = time.perf_counter()
+    start, cpu0 = time.perf_counter(), self_cpu()
     merged = merge_file_slice(storage, timeline, slice_["base"], slice_["logs"])
     cells = compacted_cells(merged.entries, version, "reference.hfile")
     data = encode_base_hfile(cells, metadata_schema_json(version))
     with tempfile.NamedTemporaryFile(dir=table, suffix=".hfile") as f:
         f.write(data)
-    seconds = time.perf_counter() - start
-    return {"seconds": seconds, "records": len(cells), "baseline_rss_mb": baseline, "peak_rss_mb": _peak_mb()}
+    seconds, cpu = time.perf_counter() - start, self_cpu() - cpu0
+    return {
+        "seconds": seconds,
+        "cpu_seconds": cpu,
+        "records": len(cells),
+        "baseline_rss_mb": baseline,
+        "peak_rss_mb": _peak_mb(),
+    }
 
 
 def _run_child(mode: str, table: Path) -> dict[str, Any]:
@@ -140,6 +154,7 @@ def main() -> None:
     parser.add_argument("--deltas", type=int, default=2)
     parser.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "hoodied-mdt-scale")
     parser.add_argument("--no-reference", action="store_true", help="skip the whole-slice reference")
+    parser.add_argument("--repeats", type=int, default=3, help="runs of each (default 3); medians and ranges")
     parser.add_argument("--child", choices=("compact", "reference"), help=argparse.SUPPRESS)
     parser.add_argument("--table", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -147,37 +162,51 @@ def main() -> None:
         run = _child_compact if args.child == "compact" else _child_reference
         print(json.dumps(run(args.table)))
         return
+    if args.repeats < 1:
+        parser.error("--repeats must be at least 1")
 
     args.workdir.mkdir(parents=True, exist_ok=True)
     pristine, build_seconds = _build(args.workdir, args.keys, args.deltas)
     table = args.workdir / "run"
-    if table.exists():
-        shutil.rmtree(table)
-    shutil.copytree(pristine, table)
-    ours = _run_child("compact", table)
+    ours_runs, ref_runs = Runs(), Runs()
+    ours: list[dict[str, Any]] = []
+    refs: list[dict[str, Any]] = []
+    for _ in range(args.repeats):
+        if table.exists():
+            shutil.rmtree(table)
+        shutil.copytree(pristine, table)
+        ours.append(_run_child("compact", table))
+        ours_runs.wall.append(ours[-1]["seconds"])
+        ours_runs.cpu.append(ours[-1]["cpu_seconds"])
+        if not args.no_reference:
+            refs.append(_run_child("reference", pristine))
+            if refs[-1]["records"] != ours[-1]["records"]:
+                raise SystemExit(
+                    f"record counts differ: streaming {ours[-1]['records']}, reference {refs[-1]['records']}"
+                )
+            ref_runs.wall.append(refs[-1]["seconds"])
+            ref_runs.cpu.append(refs[-1]["cpu_seconds"])
     report: dict[str, Any] = {
         "keys": args.keys,
         "deltas": args.deltas,
-        "records": ours["records"],
-        "seconds": round(ours["seconds"], 2),
-        "peak_rss_mb": round(ours["peak_rss_mb"], 1),
-        "baseline_rss_mb": round(ours["baseline_rss_mb"], 1),
-        "base_file_mb": round(ours["base_file_bytes"] / 2**20, 1),
-        "build_seconds": round(build_seconds, 2),
-        "memory": "VmHWM of the compacting process",
+        "repeats": args.repeats,
+        "records": ours[0]["records"],
     }
-    if not args.no_reference:
-        ref = _run_child("reference", pristine)
-        if ref["records"] != ours["records"]:
-            raise SystemExit(f"record counts differ: streaming {ours['records']}, reference {ref['records']}")
-        report.update(
-            {
-                "reference_seconds": round(ref["seconds"], 2),
-                "reference_peak_rss_mb": round(ref["peak_rss_mb"], 1),
-                "reference_baseline_rss_mb": round(ref["baseline_rss_mb"], 1),
-                "ratio": round(ours["seconds"] / ref["seconds"], 3),
-            }
-        )
+    if refs:
+        figures(report, "", ours_runs, ref_runs)
+        median_range(report, "reference_peak_rss_mb", [r["peak_rss_mb"] for r in refs], 1)
+        median_range(report, "reference_baseline_rss_mb", [r["baseline_rss_mb"] for r in refs], 1)
+    else:
+        median_range(report, "seconds", ours_runs.wall)
+        median_range(report, "cpu_seconds", ours_runs.cpu)
+    median_range(report, "peak_rss_mb", [r["peak_rss_mb"] for r in ours], 1)
+    median_range(report, "baseline_rss_mb", [r["baseline_rss_mb"] for r in ours], 1)
+    report.update(
+        base_file_mb=round(ours[0]["base_file_bytes"] / 2**20, 1),
+        build_seconds=round(build_seconds, 2),
+        memory="VmHWM of the compacting process",
+        cpu="getrusage(RUSAGE_SELF) of the measured process around the step",
+    )
     shutil.rmtree(table)
     print(json.dumps(report))
 

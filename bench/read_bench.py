@@ -33,19 +33,19 @@ import argparse
 import json
 import logging
 import os
-import resource
 import shutil
-import statistics
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import _measure
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from _measure import figures, self_cpu
 
 from hoodied.hoodie.demo.writer import TableSpec, create_table
 from hoodied.hoodie.properties import TableType, load_table_config
@@ -130,24 +130,15 @@ def _build_timeline(path: Path) -> None:
 
 
 @dataclass
-class Runs:
-    """Wall and CPU seconds of the timed runs of one read."""
+class Runs(_measure.Runs):
+    """Wall and CPU seconds of the timed runs of one read, and the rows it returned."""
 
-    wall: list[float] = field(default_factory=list)
-    cpu: list[float] = field(default_factory=list)
     rows: int = -1
 
 
-def _cpu_seconds() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)  # every thread of the process
-    return usage.ru_utime + usage.ru_stime
-
-
 def _run(fn: Callable[[], int], runs: Runs) -> None:
-    cpu0, wall0 = _cpu_seconds(), time.perf_counter()
-    runs.rows = fn()
-    runs.wall.append(time.perf_counter() - wall0)
-    runs.cpu.append(_cpu_seconds() - cpu0)
+    with runs.measure(self_cpu):
+        runs.rows = fn()
 
 
 def _pair(ours: Callable[[], int], reference: Callable[[], int], repeat: int) -> tuple[Runs, Runs]:
@@ -158,23 +149,6 @@ def _pair(ours: Callable[[], int], reference: Callable[[], int], repeat: int) ->
         _run(reference, theirs)
         _run(ours, mine)
     return mine, theirs
-
-
-def _stats(out: dict[str, Any], key: str, values: list[float]) -> None:
-    out[key] = round(statistics.median(values), 3)
-    out[f"{key}_range"] = [round(min(values), 3), round(max(values), 3)]
-
-
-def _figures(out: dict[str, Any], prefix: str, mine: Runs, theirs: Runs) -> None:
-    _stats(out, f"{prefix}seconds", mine.wall)
-    _stats(out, f"{prefix}cpu_seconds", mine.cpu)
-    _stats(out, f"{prefix}reference_seconds", theirs.wall)
-    _stats(out, f"{prefix}reference_cpu_seconds", theirs.cpu)
-    for name, a, b in (("ratio", mine.wall, theirs.wall), ("cpu_ratio", mine.cpu, theirs.cpu)):
-        if all(x > 0 for x in b):
-            _stats(out, f"{prefix}{name}", [x / y for x, y in zip(a, b, strict=True)])
-        else:
-            out[f"{prefix}{name}"] = None
 
 
 def read_hoodied(path: Path) -> int:
@@ -205,7 +179,7 @@ def load_timeline_hudi_rs(path: Path) -> int:
 def _compare(prefix: str, path: Path, info: dict[str, Any], repeat: int) -> dict[str, Any]:
     out: dict[str, Any] = {f"{prefix}rows": info["expected_rows"]}
     mine, theirs = _pair(lambda: read_hoodied(path), lambda: read_hudi_rs(path), repeat)
-    _figures(out, prefix, mine, theirs)
+    figures(out, prefix, mine, theirs)
     if mine.rows != theirs.rows or mine.rows != info["expected_rows"]:
         out[f"{prefix}error"] = f"row counts differ: hoodied {mine.rows}, hudi-rs {theirs.rows}"
     return out
@@ -240,7 +214,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         lambda: load_timeline(timeline), lambda: load_timeline_hudi_rs(timeline), args.repeat
     )
     result["timeline_instants"] = mine.rows
-    _figures(result, "timeline_", mine, theirs)
+    figures(result, "timeline_", mine, theirs)
     result["build_seconds"] = {"cow": cow["build_seconds"], "mor": mor["build_seconds"]}
     print(json.dumps(result))
     return result
