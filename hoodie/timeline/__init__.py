@@ -6,7 +6,8 @@ time generator (``TrueTime``; ``TimeGenerator``), and the instant-time grammar. 
 metadata, the LSM history and its writer are imported from ``hoodie.timeline.plans``,
 ``hoodie.timeline.commit_metadata``, ``hoodie.timeline.history`` and ``hoodie.timeline.archive_writer``;
 the archived timeline of table version 6 (``.hoodie/archived`` log files) from
-``hoodie.timeline.archived_v6``.
+``hoodie.timeline.archived_v6``; a timeline built from file names in one pass and its compact copy
+(what the daemon keeps between polls) from ``hoodie.timeline.compact``.
 """
 
 from hoodied.hoodie.timeline.active import Timeline

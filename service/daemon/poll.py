@@ -7,8 +7,10 @@ listing per folder above ``max_depth``, and one listing bounded to ``hoodie.prop
 folder that holds a ``.hoodie`` folder (and per folder at ``max_depth``, which is not listed).
 
 A poll is cheap by construction: one names-only listing of the timeline folder; only when
-the names differ from the last poll is the timeline loaded again (``Timeline.load``: one
-listing with sizes and times, file names parsed) and ``hoodie.properties`` re-read. Then one
+the names differ from the last poll (their hash, ``PollResult.signature``) is the timeline built
+again from them (``hoodie.timeline.compact.timeline_from_names``: the names split in one pass, a
+``stat`` only for completed files without a completion time in their name) and
+``hoodie.properties`` re-read. The first poll of a table is the same names-only pass. Then one
 listing of ``.hoodie/.heartbeat`` when an inflight table service needs its heartbeat
 checked. Plans and commit metadata are not read here, except the requested file of a
 pending v6 replacecommit (to tell a clustering from an insert-overwrite). Planner triggers
@@ -17,9 +19,16 @@ reads the plans of its completed replacecommits since the last clustering).
 
 Why the names-only listing: measured on this machine, ``Timeline.load`` of a 200-instant
 timeline (600 files) takes about 4.6 ms, a third of it in one ``stat`` per file and a third
-in parsing names; listing the names alone takes a small fraction of that. ``Storage`` has no
-names-only listing yet, so local tables use ``os.listdir`` on the timeline folder (read-only,
-names only); other storages fall back to ``Storage.list``.
+in parsing names; listing the names takes about 0.3 ms and building the timeline from them
+under 1 ms. ``Storage`` has no names-only listing yet, so local tables use ``os.listdir`` on the
+timeline folder (read-only, names only); other storages fall back to ``Storage.list``.
+
+What a poll keeps is what decisions need, not the timeline: the pending table services, the
+planners' reasons (``due``), the delta commits since the last compaction, the names' hash, and
+the timeline as a ``CompactTimeline`` (one text line per instant, the file names of pending
+instants and replacecommits: about 12 KB for 200 instants, where the ``Timeline`` with its parsed
+files took about 0.3 MB). ``PollResult.timeline`` builds a ``Timeline`` from it when one is
+needed (a planning job, the triggers evaluated again); local tables keep no file names at all.
 
 An unchanged local table costs one ``stat`` of the timeline folder: every file created,
 removed or renamed in a folder moves the folder's mtime, so an mtime equal to the one of the
@@ -47,22 +56,25 @@ walked: an unchanged table costs ONE list request, no read. The offset is the ea
   after taking its instant time, so concurrent writers' instants may arrive slightly out of
   order; those within the window are seen by the next poll.
 
-The names at or before the offset are kept from the last listing. Files removed there
-(archival, a cleaner of completed instants) and instants that arrive later than ``LATE_S``
-out of order are noticed by the full re-listing (a delimiter listing of the folder), done
-on the first poll and then about every ``RELIST_S`` as for local tables; the table config is
-read again with each full re-listing only (executors and planners read it again themselves
-under the table lock, so the poll's copy only steers what is tried), so a poll that finds a
-new instant reads nothing but what that instant needs (the plan of a pending v6 replacecommit,
-once). Heartbeats of inflight instants cost one more listing of ``.hoodie/.heartbeat``, as on
-a local file system.
+The names at or before the offset are kept from the last listing (compressed, with their
+mtimes). Files removed there (archival, a cleaner of completed instants) and instants that
+arrive later than ``LATE_S`` out of order are noticed by the full re-listing (a delimiter
+listing of the folder), done on the first poll and then about every ``RELIST_S`` as for local
+tables; the table config is read again with each full re-listing only (executors and planners
+read it again themselves under the table lock, so the poll's copy only steers what is tried),
+so a poll that finds a new instant reads nothing but what that instant needs (the plan of a
+pending v6 replacecommit, once). Heartbeats of inflight instants cost one more listing of
+``.hoodie/.heartbeat``, as on a local file system.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import random
 import time
+import zlib
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import tzinfo
 from typing import TYPE_CHECKING
@@ -73,6 +85,7 @@ from hoodied.hoodie.heartbeat import HEARTBEAT_FOLDER
 from hoodied.hoodie.properties import TableConfig, load_table_config
 from hoodied.hoodie.storage import OBJECT_STORE_SCHEMES, FileInfo, Storage
 from hoodied.hoodie.timeline.active import Timeline, instant_time_to_datetime, parse_timeline_file_name
+from hoodied.hoodie.timeline.compact import CompactTimeline, timeline_from_names
 from hoodied.hoodie.timeline.instant import Action, Instant, State, epoch_to_instant_time
 from hoodied.service.config import HeartbeatConfig, Policy
 from hoodied.service.daemon.registry import Registry
@@ -111,12 +124,18 @@ class PendingItem:
 
 @dataclass(slots=True)
 class PollResult:
+    """What one poll found, kept until the next: no ``Timeline`` and no file names are held
+    (``view`` is the timeline in a few kilobytes; see the module docstring)."""
+
     config: TableConfig
-    timeline: Timeline
+    view: CompactTimeline
     signature: int
-    """Changes whenever an instant appears, moves state or goes."""
-    names: frozenset[str] = frozenset()
-    """The timeline folder's names at this poll (an unchanged folder reuses the timeline)."""
+    """The hash of the timeline folder's names: changes whenever an instant appears, moves state or goes."""
+    storage: Storage | None = None
+    """The table's storage (shared with the loop's books), for ``timeline``."""
+    packed_names: bytes | None = None
+    """Object stores: the names of the last listing with their mtimes (ms), compressed: the
+    offset listing keeps those before its offset (see the module docstring)."""
     pending: list[PendingItem] = field(default_factory=list)
     due: dict[TableService, str] = field(default_factory=dict)
     """service -> why planning should be tried now."""
@@ -130,13 +149,52 @@ class PollResult:
     """When the names are listed again whatever the folder's mtime says (monotonic)."""
     due_at: float = 0.0
     """When ``due`` was evaluated (monotonic)."""
-    files: dict[str, tuple[Instant, int]] = field(default_factory=dict)
-    """Parsed timeline files by name: (instant, mtime ms; 0 unless the name lacks a completion time)."""
     offset: str | None = None
     """Object stores: the next poll lists the names after this one (see the module docstring)."""
     services: dict[tuple[str, Action], TableService | None] = field(default_factory=dict)
     """The service of each pending instant seen, by (requested time, action): a pending v6
     replacecommit's plan is read once, not on every change of the timeline."""
+
+    @property
+    def timeline(self) -> Timeline:
+        """The timeline as of this poll, built again from ``view`` on each access (not held)."""
+        assert self.storage is not None
+        return self.view.timeline(self.storage, self.config)
+
+    @property
+    def names(self) -> frozenset[str]:
+        """Object stores: the timeline folder's names at this poll (empty for local tables, whose
+        names are not kept: ``signature`` stands for them)."""
+        return frozenset(_unpack(self.packed_names))
+
+    @property
+    def files(self) -> dict[str, tuple[Instant, int]]:
+        """Object stores: the timeline files of ``names``, parsed again: (instant, mtime ms)."""
+        folder = self.config.timeline_path
+        out: dict[str, tuple[Instant, int]] = {}
+        for name, mtime in _unpack(self.packed_names).items():
+            inst = parse_timeline_file_name(folder, name)
+            if inst is not None:
+                out[name] = (inst, mtime)
+        return out
+
+
+def _pack(names: dict[str, int]) -> bytes:
+    return zlib.compress("\n".join(f"{n}\t{m}" for n, m in sorted(names.items())).encode(), 1)
+
+
+def _unpack(packed: bytes | None) -> dict[str, int]:
+    if not packed:
+        return {}
+    out: dict[str, int] = {}
+    for line in zlib.decompress(packed).decode().split("\n"):
+        name, _, mtime = line.rpartition("\t")
+        out[name] = int(mtime)
+    return out
+
+
+def _signature(names: Iterable[str]) -> int:
+    return hash(frozenset(names))
 
 
 def instant_epoch(requested_time: str, tz: tzinfo) -> float:
@@ -146,14 +204,14 @@ def instant_epoch(requested_time: str, tz: tzinfo) -> float:
         return time.time()
 
 
-def _names(storage: Storage, folder: str) -> frozenset[str]:
+def _names(storage: Storage, folder: str) -> list[str]:
     local = storage.local_path(folder)
     if local is not None:
         try:
-            return frozenset(os.listdir(local))
+            return os.listdir(local)
         except FileNotFoundError:
-            return frozenset()
-    return frozenset(info.name for info in storage.list(folder))
+            return []
+    return [info.name for info in storage.list(folder)]
 
 
 def _folder_mtime_ns(storage: Storage, folder: str) -> int | None:
@@ -183,47 +241,21 @@ def _unchanged_by_mtime(storage: Storage, cached: PollResult, mono: float) -> tu
     return trusted, mtime, now_ns
 
 
-def _parse_new(
-    storage: Storage, folder: str, names: frozenset[str], known: dict[str, tuple[Instant, int]],
-    mtimes: dict[str, int] | None = None,
-) -> dict[str, tuple[Instant, int]]:
-    """The parsed timeline files of ``names``: only names not in ``known`` are parsed (and
-    ``stat``-ed when their completion time must come from the file's mtime, unless ``mtimes``,
-    the listing that found them, has it)."""
-    files: dict[str, tuple[Instant, int]] = {}
-    need_mtime: list[str] = []
-    for name in names:
-        seen = known.get(name)
-        if seen is not None:
-            files[name] = seen
-            continue
-        inst = parse_timeline_file_name(folder, name)
-        if inst is None:
-            continue
-        files[name] = (inst, 0)
-        if inst.is_completed and inst.completion_time is None:
-            need_mtime.append(name)
-    if mtimes is not None:
-        for name in [n for n in need_mtime if n in mtimes]:
-            files[name] = (files[name][0], mtimes[name])
-            need_mtime.remove(name)
-    if need_mtime:
-        local = storage.local_path(folder)
-        if local is not None:
-            for name in need_mtime:
-                try:
-                    mtime_ms = os.stat(os.path.join(local, name)).st_mtime_ns // 1_000_000
-                    files[name] = (files[name][0], mtime_ms)
-                except FileNotFoundError:
-                    del files[name]  # gone since the listing: the next poll sees the folder moved
-        else:
-            mtimes = {info.name: info.mtime_ms for info in storage.list(folder)}
-            for name in need_mtime:
-                if name in mtimes:
-                    files[name] = (files[name][0], mtimes[name])
-                else:
-                    del files[name]
-    return files
+def _local_mtimes(storage: Storage, folder: str) -> Callable[[list[str]], dict[str, int]]:
+    """The mtimes (ms) of the named timeline files, one ``stat`` each (a file gone is left out)."""
+    local = storage.local_path(folder)
+    assert local is not None
+
+    def mtimes(names: list[str]) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for name in names:
+            try:
+                out[name] = os.stat(os.path.join(local, name)).st_mtime_ns // 1_000_000
+            except FileNotFoundError:
+                continue  # gone since the listing: the next poll sees the folder moved
+        return out
+
+    return mtimes
 
 
 def _heartbeats(storage: Storage) -> dict[str, int]:
@@ -262,34 +294,33 @@ def poll_table(
     if cached is not None:
         trusted, mtime, now_ns = _unchanged_by_mtime(storage, cached, started)
         if trusted:
-            return _reuse(storage, cached, cached.names, mtime, cached.listed_ns, cached.relist_at,
+            return _reuse(storage, cached, None, mtime, cached.listed_ns, cached.relist_at,
                           policy, registry, now, expiry, started)
-        names = _names(storage, cached.config.timeline_path)
-        if names == cached.names:
-            return _reuse(storage, cached, names, mtime, now_ns, _next_relist(started), policy, registry,
+        if _signature(_names(storage, cached.config.timeline_path)) == cached.signature:
+            return _reuse(storage, cached, None, mtime, now_ns, _next_relist(started), policy, registry,
                           now, expiry, started)
     # new or moved timeline: re-read the table config too (an upgrade, or a file gone bad)
     config = load_table_config(storage)
     now_ns = time.time_ns()
     mtime = _folder_mtime_ns(storage, config.timeline_path)
     names = _names(storage, config.timeline_path)
-    known = cached.files if cached is not None and cached.config.timeline_path == config.timeline_path else {}
-    files = _parse_new(storage, config.timeline_path, names, known)
-    result = PollResult(config, _timeline(storage, config, files), hash(names), names, folder_mtime_ns=mtime,
-                        listed_ns=now_ns, relist_at=_next_relist(started), files=files)
-    return _complete(storage, result, cached, policy, registry, now, expiry, started)
+    timeline = timeline_from_names(storage, config, names, _local_mtimes(storage, config.timeline_path))
+    result = PollResult(config, _EMPTY, _signature(names), storage, folder_mtime_ns=mtime, listed_ns=now_ns,
+                        relist_at=_next_relist(started))
+    return _complete(storage, result, timeline, cached, policy, registry, now, expiry, started)
 
 
-def _timeline(storage: Storage, config: TableConfig, files: dict[str, tuple[Instant, int]]) -> Timeline:
-    return Timeline.from_files(storage, config, ((n, i, m) for n, (i, m) in files.items()))
+#: The view of a result under construction (``_complete`` sets the real one).
+_EMPTY = CompactTimeline(0, "", (), ())
 
 
 def _complete(
-    storage: Storage, result: PollResult, cached: PollResult | None, policy: Policy, registry: Registry,
-    now: int, expiry: int, started: float,
+    storage: Storage, result: PollResult, timeline: Timeline, cached: PollResult | None, policy: Policy,
+    registry: Registry, now: int, expiry: int, started: float,
 ) -> PollResult:
-    """Pending services (with their heartbeats), due plans and counts of a freshly built timeline."""
-    timeline, config = result.timeline, result.config
+    """Pending services (with their heartbeats), due plans and counts of a freshly built timeline;
+    then the timeline is kept as its compact ``view`` only."""
+    config = result.config
     known = cached.services if cached is not None else {}
     beats: dict[str, int] | None = None
     tz = config.tzinfo
@@ -305,19 +336,19 @@ def _complete(
                 beats = _heartbeats(storage)
             alive = now - beats.get(inst.requested_time, 0) <= expiry
         result.pending.append(PendingItem(inst, service, alive, instant_epoch(inst.requested_time, tz)))
-    _evaluate_due(result, policy, registry, started)
     result.delta_commits_since_compaction = _delta_commits(timeline, config)
+    _evaluate_due(result, timeline, policy, registry, started)  # sets the view
     result.seconds = time.monotonic() - started
     return result
 
 
-def _list_offset(result: PollResult, now: int) -> str:
+def _list_offset(names: Iterable[str], timeline: Timeline, now: int) -> str:
     """Where the next offset listing starts (see the module docstring)."""
-    names = [n for n in result.names if TIMELINE_NAMES_START < n < TIMELINE_NAMES_END]
+    names = [n for n in names if TIMELINE_NAMES_START < n < TIMELINE_NAMES_END]
     if not names:
         return TIMELINE_NAMES_START
-    marks = [max(names), epoch_to_instant_time(now / 1000 - LATE_S, result.config.tzinfo)]
-    marks.extend(inst.requested_time for inst in result.timeline.pending())
+    marks = [max(names), epoch_to_instant_time(now / 1000 - LATE_S, timeline.config.tzinfo)]
+    marks.extend(inst.requested_time for inst in timeline.pending())
     return min(marks)
 
 
@@ -331,50 +362,56 @@ def _poll_object_store(
         folder = config.timeline_path
         offset = cached.offset or TIMELINE_NAMES_START
         listed = storage.list_after(folder, offset, TIMELINE_NAMES_END)
-        kept = (n for n in cached.names if n <= offset or n >= TIMELINE_NAMES_END)
-        names = frozenset(kept).union(i.name for i in listed)
-        if names == cached.names:
-            return _reuse(storage, cached, names, None, cached.listed_ns, cached.relist_at, policy, registry,
-                          now, expiry, started)
+        before = _unpack(cached.packed_names)
+        names = {n: m for n, m in before.items() if n <= offset or n >= TIMELINE_NAMES_END}
+        names.update(_mtimes(listed))
+        if _signature(names) == cached.signature:
+            return _reuse(storage, cached, cached.packed_names, None, cached.listed_ns, cached.relist_at,
+                          policy, registry, now, expiry, started)
         relist_at = cached.relist_at
     else:
         # first poll, or time for the full re-listing: the table config is read again too
         config = load_table_config(storage)
         folder = config.timeline_path
-        listed = [i for i in storage.list(folder) if not i.is_dir]
-        names = frozenset(i.name for i in listed)
+        names = _mtimes([i for i in storage.list(folder) if not i.is_dir])
         relist_at = _next_relist(started)
     same_folder = cached is not None and cached.config.timeline_path == folder
-    known = cached.files if cached is not None and same_folder else {}
-    mtimes = _mtimes(listed)
-    files = _parse_new(storage, folder, names, known, mtimes)
-    timeline = _timeline(storage, config, files)
-    result = PollResult(config, timeline, hash(names), names, listed_ns=time.time_ns(), relist_at=relist_at,
-                        files=files)
+    timeline = timeline_from_names(storage, config, names, functools.partial(_known_mtimes, names))
+    result = PollResult(config, _EMPTY, _signature(names), storage, _pack(names), listed_ns=time.time_ns(),
+                        relist_at=relist_at)
     previous = cached if same_folder else None
-    result = _complete(storage, result, previous, policy, registry, now, expiry, started)
-    result.offset = _list_offset(result, now)
+    result = _complete(storage, result, timeline, previous, policy, registry, now, expiry, started)
+    result.offset = _list_offset(names, timeline, now)
     return result
+
+
+def _known_mtimes(names: dict[str, int], want: list[str]) -> dict[str, int]:
+    return {n: names[n] for n in want if n in names}
 
 
 def _mtimes(listed: list[FileInfo]) -> dict[str, int]:
     return {i.name: i.mtime_ms for i in listed}
 
 
-def _evaluate_due(result: PollResult, policy: Policy, registry: Registry, mono: float) -> None:
+def _evaluate_due(
+    result: PollResult, timeline: Timeline, policy: Policy, registry: Registry, mono: float
+) -> None:
+    """The planners' triggers on ``timeline``; ``result.view`` is set from it afterwards (with the
+    clustering verdicts the triggers read, so a v6 plan is read once per instant)."""
     result.due = {}
     result.due_at = mono
-    if policy.paused:
-        return
-    for service, spec in registry.planners.items():
-        if policy.services.schedules(service):
-            reason = spec.due(result.timeline, policy)
-            if reason:
-                result.due[service] = reason
+    if not policy.paused:
+        for service, spec in registry.planners.items():
+            if policy.services.schedules(service):
+                reason = spec.due(timeline, policy)
+                if reason:
+                    result.due[service] = reason
+    fresh = result.view is _EMPTY
+    result.view = CompactTimeline.of(timeline) if fresh else result.view.with_verdicts(timeline)
 
 
 def _reuse(
-    storage: Storage, cached: PollResult, names: frozenset[str], mtime: int | None, listed_ns: int,
+    storage: Storage, cached: PollResult, packed_names: bytes | None, mtime: int | None, listed_ns: int,
     relist_at: float, policy: Policy, registry: Registry, now: int, expiry: int, started: float,
 ) -> PollResult:
     """The cached poll for an unchanged timeline, with fresh heartbeats (and triggers when due)."""
@@ -388,13 +425,12 @@ def _reuse(
             for item in pending
         ]
     result = PollResult(
-        cached.config, cached.timeline, cached.signature, names, pending, cached.due,
+        cached.config, cached.view, cached.signature, storage, packed_names, pending, cached.due,
         cached.delta_commits_since_compaction, folder_mtime_ns=mtime, listed_ns=listed_ns,
-        relist_at=relist_at, due_at=cached.due_at, files=cached.files, offset=cached.offset,
-        services=cached.services,
+        relist_at=relist_at, due_at=cached.due_at, offset=cached.offset, services=cached.services,
     )
     if started - cached.due_at >= RECHECK_DUE_S:
-        _evaluate_due(result, policy, registry, started)
+        _evaluate_due(result, result.timeline, policy, registry, started)
     result.seconds = time.monotonic() - started
     return result
 
