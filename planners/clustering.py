@@ -80,6 +80,11 @@ class ClusteringSettings:
     """``hoodie.clustering.plan.strategy.cluster.begin.partition``."""
     end_partition: str | None = None
     """``hoodie.clustering.plan.strategy.cluster.end.partition``."""
+    trigger_commits: int | None = None
+    """``hoodie.clustering.async.max.commits``: when set, ``schedule_clustering`` checks under the lock
+    that a clustering is still due (``clustering_due``), as Hudi's ``ClusteringPlanActionExecutor``
+    does when it schedules: a writer's own scheduler may have planned one since the daemon looked.
+    ``None`` (an explicit ``hoodied schedule clustering``) plans whatever the trigger says."""
 
     def __post_init__(self) -> None:
         if self.filter_mode not in ("NONE", "SELECTED_PARTITIONS"):
@@ -241,8 +246,14 @@ def schedule_clustering(
     """Plan under the lock with a TrueTime instant and write ``<T>.clustering.requested``."""
     config = load_table_config(storage)
     require_commit_maintainable(storage, config, CLUSTER, "clustering")
+    settings = settings or ClusteringSettings()
     with lock:
         timeline = Timeline.load(storage, config)
+        trigger = settings.trigger_commits
+        if trigger is not None and clustering_due(timeline, trigger) is None:
+            # the timeline read under the lock: a clustering planned meanwhile, or not due any more
+            return None, ClusteringPlanResult(None, "no longer due under the table lock (a clustering is "
+                                              "pending, or too few commits since the last one)", "")
         writer = TimelineWriter(storage, config, lock, time_settings=time_settings)
         instant_time = writer.new_instant_time()
         result = plan_clustering(

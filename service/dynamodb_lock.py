@@ -97,7 +97,7 @@ import threading
 import time
 import uuid
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
@@ -128,7 +128,9 @@ __all__ = [
     "DEFAULT_TABLE",
     "FENCE_ATTRIBUTE",
     "FENCE_SUFFIX",
+    "HUDI_KEYS",
     "PARTITION_KEY_NAME",
+    "TABLE_KEY",
     "DynamoDBLock",
     "DynamoDBLockConfig",
     "LockItem",
@@ -149,6 +151,8 @@ DEFAULT_REFRESH_MS = 1_000
 
 _BILLING_MODES = ("PAY_PER_REQUEST", "PROVISIONED")
 _URL_FORM = "dynamodb://TABLE[?region=REGION&partition_key=KEY&endpoint_url=URL]"
+#: ``DynamoDbBasedLockConfig.DYNAMODB_LOCK_TABLE_NAME``: the lock table (the URL's host part).
+TABLE_KEY = "hoodie.write.lock.dynamodb.table"
 # Query parameters of a dynamodb:// URL and Hudi's keys they stand for.
 _URL_KEYS = {
     "partition_key": "hoodie.write.lock.dynamodb.partition_key",
@@ -159,6 +163,8 @@ _URL_KEYS = {
     "write_capacity": "hoodie.write.lock.dynamodb.write_capacity",
     "table_creation_timeout": "hoodie.write.lock.dynamodb.table_creation_timeout",
 }
+#: Every key of ``DynamoDBBasedLockProvider`` hoodied reads.
+HUDI_KEYS = (TABLE_KEY, *_URL_KEYS.values())
 
 # What a condition expression names; the lock client's own placeholders.
 _NAMES = {
@@ -224,51 +230,62 @@ class DynamoDBLockConfig:
         return self.partition_key + FENCE_SUFFIX
 
     @classmethod
-    def from_url(cls, url: str, table_name: Callable[[], str | None]) -> DynamoDBLockConfig:
-        """Parse ``dynamodb://TABLE?region=...&partition_key=...&endpoint_url=...`` (see ``_URL_KEYS``).
+    def from_hudi_keys(
+        cls, keys: Mapping[str, str], table_name: Callable[[], str | None]
+    ) -> DynamoDBLockConfig:
+        """The lock of Hudi's ``hoodie.write.lock.dynamodb.*`` keys (see ``_URL_KEYS``); defaults are Hudi's.
 
-        ``table_name`` is asked for the partition key only when the URL names none (Hudi infers it
-        from ``hoodie.table.name``). The region defaults to ``AWS_REGION``, then ``us-east-1``.
+        ``table_name`` is asked for the partition key only when none is given (Hudi infers it from
+        ``hoodie.table.name``). The region defaults to ``AWS_REGION``, then ``us-east-1``. A missing or
+        bad key is a ``ValueError`` that names it.
         """
-        parts = urlsplit(url)
-        if parts.scheme != "dynamodb":
-            raise ValueError(f"{url!r}: expected {_URL_FORM}")
-        if parts.path not in ("", "/") or parts.fragment:
-            raise ValueError(f"{url!r}: expected {_URL_FORM} (no path)")
-        table = unquote(parts.netloc) or DEFAULT_TABLE
-        query: dict[str, str] = {}
-        for name, value in parse_qsl(parts.query, keep_blank_values=True):
-            if name not in _URL_KEYS:
-                raise ValueError(f"{url!r}: unknown parameter {name!r} (known: {', '.join(_URL_KEYS)})")
-            if name in query:
-                raise ValueError(f"{url!r}: parameter {name!r} given twice")
-            query[name] = value
-        partition_key = query.get("partition_key") or table_name()
+        partition_key = keys.get(_URL_KEYS["partition_key"]) or table_name()
         if not partition_key:
             raise ValueError(
-                f"{url!r}: no partition_key and the table has no hoodie.table.name "
+                f"no partition_key and the table has no hoodie.table.name "
                 f"({_URL_KEYS['partition_key']} is required)"
             )
 
         def number(name: str, default: int) -> int:
-            text = query.get(name)
+            text = keys.get(_URL_KEYS[name])
             if text is None:
                 return default
             try:
                 return int(text)
             except ValueError:
-                raise ValueError(f"{url!r}: {name}={text!r} is not a whole number") from None
+                raise ValueError(f"{_URL_KEYS[name]}={text!r} is not a whole number") from None
 
         return cls(
-            table=table,
+            table=keys.get(TABLE_KEY) or DEFAULT_TABLE,
             partition_key=partition_key,
-            region=query.get("region") or os.environ.get("AWS_REGION") or "us-east-1",
-            endpoint_url=query.get("endpoint_url") or None,
-            billing_mode=query.get("billing_mode", "PAY_PER_REQUEST").upper(),
+            region=keys.get(_URL_KEYS["region"]) or os.environ.get("AWS_REGION") or "us-east-1",
+            endpoint_url=keys.get(_URL_KEYS["endpoint_url"]) or None,
+            billing_mode=keys.get(_URL_KEYS["billing_mode"], "PAY_PER_REQUEST").upper(),
             read_capacity=number("read_capacity", 20),
             write_capacity=number("write_capacity", 10),
             table_creation_timeout_ms=number("table_creation_timeout", 120_000),
         )
+
+    @classmethod
+    def from_url(cls, url: str, table_name: Callable[[], str | None]) -> DynamoDBLockConfig:
+        """Parse ``dynamodb://TABLE?region=...&partition_key=...&endpoint_url=...`` (see ``_URL_KEYS``):
+        the URL is read into Hudi's keys and built by ``from_hudi_keys``."""
+        parts = urlsplit(url)
+        if parts.scheme != "dynamodb":
+            raise ValueError(f"{url!r}: expected {_URL_FORM}")
+        if parts.path not in ("", "/") or parts.fragment:
+            raise ValueError(f"{url!r}: expected {_URL_FORM} (no path)")
+        keys = {TABLE_KEY: unquote(parts.netloc)}
+        for name, value in parse_qsl(parts.query, keep_blank_values=True):
+            if name not in _URL_KEYS:
+                raise ValueError(f"{url!r}: unknown parameter {name!r} (known: {', '.join(_URL_KEYS)})")
+            if _URL_KEYS[name] in keys:
+                raise ValueError(f"{url!r}: parameter {name!r} given twice")
+            keys[_URL_KEYS[name]] = value
+        try:
+            return cls.from_hudi_keys(keys, table_name)
+        except ValueError as exc:
+            raise ValueError(f"{url!r}: {exc}") from None
 
 
 @dataclass(frozen=True, slots=True)

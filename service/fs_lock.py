@@ -86,6 +86,7 @@ import threading
 import time
 import traceback
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from urllib.parse import parse_qsl
@@ -106,8 +107,24 @@ from hoodied.hoodie.storage import Storage
 
 log = logging.getLogger(__name__)
 
-__all__ = ["DEFAULT_LOCK_DIRS", "LOCK_FILE_NAME", "FileSystemLock", "filesystem_lock_from_option"]
+__all__ = [
+    "DEFAULT_LOCK_DIRS",
+    "EXPIRE_KEY",
+    "HUDI_KEYS",
+    "LOCK_FILE_NAME",
+    "PATH_KEY",
+    "FileSystemLock",
+    "filesystem_lock_args",
+    "filesystem_lock_from_keys",
+    "filesystem_lock_from_option",
+]
 
+#: ``LockConfiguration.FILESYSTEM_LOCK_PATH_PROP_KEY`` and ``FILESYSTEM_LOCK_EXPIRE_PROP_KEY``.
+PATH_KEY = "hoodie.write.lock.filesystem.path"
+EXPIRE_KEY = "hoodie.write.lock.filesystem.expire"
+HUDI_KEYS = (PATH_KEY, EXPIRE_KEY)
+# Settings of ``--lock filesystem?...`` and Hudi's keys they stand for.
+_OPTION_KEYS = {"expire_minutes": EXPIRE_KEY, "path": PATH_KEY}
 LOCK_FILE_NAME = "lock"
 DEFAULT_LOCK_DIRS = (".hoodie", ".hoodie/.aux")
 FENCE_FILE = ".hoodie/.locks/hoodied.fence"
@@ -398,6 +415,36 @@ class FileSystemLock(TableLockBase):
         self._remove_mine()
 
 
+def filesystem_lock_args(keys: Mapping[str, str]) -> tuple[float, tuple[str, ...]]:
+    """(expiry in seconds, lock folders) of Hudi's keys ``EXPIRE_KEY`` (whole minutes >= 0, 0 = never;
+    default 0) and ``PATH_KEY`` (absolute, or relative to the table; default both of
+    ``DEFAULT_LOCK_DIRS``). A bad value is a ``LockConfigError`` that names its key."""
+    expire = keys.get(EXPIRE_KEY, "0")
+    if not expire.isdigit():
+        raise LockConfigError(f"{EXPIRE_KEY}={expire!r} must be a whole number of minutes >= 0")
+    path = keys.get(PATH_KEY)
+    if path is not None and not path:
+        raise LockConfigError(f"{PATH_KEY} must not be empty")
+    return int(expire) * 60.0, (path,) if path else DEFAULT_LOCK_DIRS
+
+
+def filesystem_lock_from_keys(
+    keys: Mapping[str, str], storage: Storage, settings: LockSettings | None = None
+) -> FileSystemLock:
+    """The lock of Hudi's ``hoodie.write.lock.filesystem.*`` keys (``filesystem_lock_args``), not yet
+    acquired; a table not on a local file system is a ``LockConfigError``."""
+    if storage.local_path() is None:
+        raise LockConfigError(
+            f"{storage.base_uri} is not on a local file system, where Hudi's FileSystemBasedLockProvider "
+            "works here"
+        )
+    expire_s, dirs = filesystem_lock_args(keys)
+    try:
+        return FileSystemLock(storage, settings, expire_s=expire_s, lock_dirs=dirs)
+    except StorageError as exc:
+        raise LockConfigError(str(exc)) from None
+
+
 def filesystem_lock_from_option(
     option: str, storage: Storage, settings: LockSettings | None = None
 ) -> FileSystemLock:
@@ -414,24 +461,16 @@ def filesystem_lock_from_option(
             f"--lock filesystem: {storage.base_uri} is not on a local file system, where Hudi's "
             "FileSystemBasedLockProvider works here; use --lock storage, a redis:// URL or auto"
         )
-    expire_s = 0.0
-    dirs: tuple[str, ...] = DEFAULT_LOCK_DIRS
     try:
         pairs = parse_qsl(query, keep_blank_values=True, strict_parsing=bool(query))
     except ValueError:
         raise LockConfigError(f"--lock {option!r}: expected filesystem?expire_minutes=N&path=DIR") from None
+    keys: dict[str, str] = {}
     for key, value in pairs:
-        if key == "expire_minutes":
-            if not value.isdigit():
-                raise LockConfigError(f"--lock {option!r}: expire_minutes must be a whole number >= 0")
-            expire_s = int(value) * 60.0
-        elif key == "path":
-            if not value:
-                raise LockConfigError(f"--lock {option!r}: path must not be empty")
-            dirs = (value,)
-        else:
+        if key not in _OPTION_KEYS:
             raise LockConfigError(f"--lock {option!r}: unknown setting {key!r} (expire_minutes, path)")
+        keys[_OPTION_KEYS[key]] = value
     try:
-        return FileSystemLock(storage, settings, expire_s=expire_s, lock_dirs=dirs)
-    except StorageError as exc:
+        return filesystem_lock_from_keys(keys, storage, settings)
+    except LockConfigError as exc:
         raise LockConfigError(f"--lock {option!r}: {exc}") from None

@@ -74,6 +74,7 @@ import threading
 import time
 import uuid
 import weakref
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -95,7 +96,10 @@ log = logging.getLogger(__name__)
 __all__ = [
     "CLOCK_DRIFT_BUFFER_MS",
     "FENCE_FILE",
+    "HUDI_KEYS",
     "LOCK_FILE",
+    "RENEW_INTERVAL_KEYS",
+    "VALIDITY_KEY",
     "StorageBasedLock",
     "StorageLockData",
     "StorageLockSettings",
@@ -105,6 +109,15 @@ __all__ = [
 LOCK_FILE = ".hoodie/.locks/table_lock.json"
 #: hoodied's fencing counter, next to it.
 FENCE_FILE = ".hoodie/.locks/hoodied.fence"
+#: ``StorageBasedLockConfig``: the lease's validity and renewal period, in whole seconds (the
+#: 0.x backport names the renewal ``…heartbeat.poll.secs``).
+VALIDITY_KEY = "hoodie.write.lock.storage.validity.timeout.secs"
+RENEW_INTERVAL_KEYS = (
+    "hoodie.write.lock.storage.renew.interval.secs",
+    "hoodie.write.lock.storage.heartbeat.poll.secs",
+)
+#: Every key of ``StorageBasedLockProvider`` hoodied reads.
+HUDI_KEYS = (VALIDITY_KEY, *RENEW_INTERVAL_KEYS)
 #: A lock is dangling once the reader's wall clock is this far past its ``validUntil``.
 CLOCK_DRIFT_BUFFER_MS = 500
 
@@ -142,6 +155,32 @@ class StorageLockSettings:
     @property
     def margin_ms(self) -> int:
         return self.validity_ms // 5 if self.safety_margin_ms is None else self.safety_margin_ms
+
+    @classmethod
+    def from_hudi_keys(cls, keys: Mapping[str, str]) -> StorageLockSettings:
+        """The lease of Hudi's keys (``VALIDITY_KEY``, ``RENEW_INTERVAL_KEYS``; whole seconds), Hudi's
+        defaults for the keys not given. A bad value is a ``ValueError`` that names its key."""
+
+        def seconds(key: str) -> int | None:
+            text = keys.get(key)
+            if text is None:
+                return None
+            try:
+                value = int(text)
+            except ValueError:
+                raise ValueError(f"{key}={text!r} is not a whole number of seconds") from None
+            if value <= 0:
+                raise ValueError(f"{key}={text!r} must be positive")
+            return value * 1000
+
+        given: dict[str, int] = {}
+        validity = seconds(VALIDITY_KEY)
+        if validity is not None:
+            given["validity_ms"] = validity
+        renew = next((ms for ms in map(seconds, RENEW_INTERVAL_KEYS) if ms is not None), None)
+        if renew is not None:
+            given["renew_interval_ms"] = renew
+        return cls(**given)
 
 
 @dataclass(frozen=True, slots=True)

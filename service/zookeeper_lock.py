@@ -92,7 +92,7 @@ import threading
 import time
 import uuid
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
@@ -131,8 +131,12 @@ _KAZOO_INSPECT_LOG = logging.getLogger(f"{__name__}.kazoo.inspect")
 _KAZOO_INSPECT_LOG.setLevel(logging.ERROR)
 
 __all__ = [
+    "BASE_PATH_KEY",
+    "HUDI_KEYS",
     "LOCK_NAME",
+    "PORT_KEY",
     "PROTECTED_PREFIX",
+    "URL_KEY",
     "ZooKeeperLock",
     "ZooKeeperLockConfig",
     "curator_sort_key",
@@ -148,12 +152,20 @@ PROTECTED_PREFIX = "_c_"
 DEFAULT_SESSION_TIMEOUT_MS = 60_000
 DEFAULT_CONNECTION_TIMEOUT_MS = 15_000
 
+#: Hudi's keys of the connect string and the base path (``LockConfiguration.ZK_CONNECT_URL_PROP_KEY``,
+#: ``ZK_BASE_PATH_PROP_KEY``); ``ZK_PORT_PROP_KEY`` is ``PORT_KEY``, which the provider never reads.
+URL_KEY = "hoodie.write.lock.zookeeper.url"
+BASE_PATH_KEY = "hoodie.write.lock.zookeeper.base_path"
+PORT_KEY = "hoodie.write.lock.zookeeper.port"
+
 # Query parameters of a zookeeper:// URL and Hudi's keys they stand for.
 _URL_KEYS = {
     "lock_key": "hoodie.write.lock.zookeeper.lock_key",
     "session_timeout_ms": "hoodie.write.lock.zookeeper.session_timeout_ms",
     "connection_timeout_ms": "hoodie.write.lock.zookeeper.connection_timeout_ms",
 }
+#: Every key of ``ZookeeperBasedLockProvider``.
+HUDI_KEYS = (URL_KEY, PORT_KEY, BASE_PATH_KEY, *_URL_KEYS.values())
 _URL_FORM = "zookeeper://HOST:PORT[,HOST:PORT...]/BASE_PATH[?lock_key=KEY]"
 _ERRORS = (KazooException, KazooTimeoutError, OSError)
 
@@ -221,36 +233,63 @@ class ZooKeeperLockConfig:
         return self.base_path + "/" + self.lock_key
 
     @classmethod
+    def from_hudi_keys(
+        cls, keys: Mapping[str, str], table_name: Callable[[], str | None]
+    ) -> ZooKeeperLockConfig:
+        """The lock of Hudi's ``hoodie.write.lock.zookeeper.*`` keys (``url`` and ``base_path`` required).
+
+        ``table_name`` is called only when ``lock_key`` is unset (Hudi's inference); ``port`` is
+        accepted and not read, as Hudi's provider does not read it (see the module docstring).
+        A missing or bad key is a ``ValueError`` that names it.
+        """
+        for required in (URL_KEY, BASE_PATH_KEY):
+            if not keys.get(required):
+                raise ValueError(f"{required} is required by ZookeeperBasedLockProvider")
+        name = keys.get(_URL_KEYS["lock_key"]) or table_name()
+        if not name:
+            raise LockConfigError(
+                f"{_URL_KEYS['lock_key']} is not set and the table has no hoodie.table.name to infer it from"
+            )
+        timeouts = {}
+        for field_name in ("session_timeout_ms", "connection_timeout_ms"):
+            text = keys.get(_URL_KEYS[field_name])
+            if text is None:
+                continue
+            try:
+                timeouts[field_name] = int(text)
+            except ValueError:
+                key = _URL_KEYS[field_name]
+                raise ValueError(f"{key}={text!r}: timeouts must be whole milliseconds") from None
+        return cls(hosts=keys[URL_KEY], base_path=keys[BASE_PATH_KEY], lock_key=name, **timeouts)
+
+    @classmethod
     def from_url(cls, url: str, table_name: Callable[[], str | None]) -> ZooKeeperLockConfig:
         """Parse ``zookeeper://HOSTS/BASE_PATH?lock_key=KEY&session_timeout_ms=..&connection_timeout_ms=..``.
 
+        The URL is read into Hudi's keys (``_URL_KEYS``) and built by ``from_hudi_keys``;
         ``table_name`` is called only when the URL has no ``lock_key`` (Hudi's inference).
         """
         parts = urlsplit(url)
         if parts.scheme != "zookeeper" or not parts.netloc:
             raise ValueError(f"{url!r}: expected {_URL_FORM}")
         if not parts.path or parts.path == "/":
-            raise ValueError(
-                f"{url!r}: no base path (hoodie.write.lock.zookeeper.base_path); expected {_URL_FORM}"
-            )
-        params: dict[str, str] = {}
+            raise ValueError(f"{url!r}: no base path ({BASE_PATH_KEY}); expected {_URL_FORM}")
+        keys = {URL_KEY: parts.netloc, BASE_PATH_KEY: unquote(parts.path)}
         for key, value in parse_qsl(parts.query, keep_blank_values=True, strict_parsing=bool(parts.query)):
             if key not in _URL_KEYS:
                 raise ValueError(f"{url!r}: unknown parameter {key!r} (known: {', '.join(_URL_KEYS)})")
-            params[key] = value
-        name = params.get("lock_key") or table_name()
-        if not name:
+            keys[_URL_KEYS[key]] = value
+        if not keys.get(_URL_KEYS["lock_key"]) and not table_name():
             raise LockConfigError(
                 f"{url}: no lock_key given and the table has no hoodie.table.name to infer it from "
-                "(hoodie.write.lock.zookeeper.lock_key)"
+                f"({_URL_KEYS['lock_key']})"
             )
         try:
-            timeouts = {
-                k: int(params[k]) for k in ("session_timeout_ms", "connection_timeout_ms") if k in params
-            }
-        except ValueError:
-            raise ValueError(f"{url!r}: timeouts must be whole milliseconds") from None
-        return cls(hosts=parts.netloc, base_path=unquote(parts.path), lock_key=name, **timeouts)
+            return cls.from_hudi_keys(keys, table_name)
+        except LockConfigError:
+            raise
+        except ValueError as exc:
+            raise ValueError(f"{url!r}: {exc}") from None
 
 
 # Locks held by this process, released at interpreter exit (see the module docstring).
