@@ -123,6 +123,7 @@ __all__ = [
     "Boundary",
     "MdtState",
     "StopReason",
+    "archival_due",
     "archival_planner",
     "data_table_boundary",
     "mdt_archival_planner",
@@ -671,6 +672,23 @@ def mdt_state(storage: Storage, config: TableConfig) -> MdtState | None:
     timeline = Timeline.load(mdt_storage, load_table_config(mdt_storage, metadata_table=True))
     latest = latest_mdt_compaction(timeline)
     return MdtState(latest.requested_time if latest is not None else None)
+
+
+def archival_due(timeline: Timeline, max_commits: int) -> str | None:
+    """Hudi's trigger on the active timeline alone (the daemon's poll), or ``None``: more than
+    ``max_commits`` (``hoodie.keep.max.commits``) completed commits; on table version 6 also more
+    than that many completed cleans or rollbacks, which it archives on their own. The cleaner's
+    retention can only raise the bound, so ``plan_archival`` decides under the lock."""
+    bound = f"more than hoodie.keep.max.commits={max_commits}"
+    commits = len(_commits(timeline))
+    if commits > max_commits:
+        return f"{commits} completed commits on the active timeline, {bound}"
+    if timeline.config.timeline_layout < 2:
+        for action in (Action.CLEAN, Action.ROLLBACK):
+            done = len(timeline.completed([action]))
+            if done > max_commits:
+                return f"{done} completed {action.value} instants, {bound}"
+    return None
 
 
 def archival_planner(settings: ArchivalSettings) -> Callable[[Timeline], ArchivalPlan]:

@@ -74,6 +74,7 @@ from hoodied.hoodie.errors import HoodieServiceError
 from hoodied.hoodie.locks import LockSettings
 from hoodied.hoodie.secrets import mask_secrets
 from hoodied.hoodie.storage import OBJECT_STORE_SCHEMES
+from hoodied.planners.archival import ArchivalSettings
 from hoodied.planners.clean import CleanPolicy, CleanSettings
 from hoodied.planners.clustering import ClusteringSettings
 from hoodied.planners.compaction import CompactionSettings, CompactionStrategy
@@ -89,6 +90,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CLUSTERING_OPTION_KEYS",
+    "ArchivalService",
     "CleanService",
     "ClusteringService",
     "CompactionService",
@@ -323,8 +325,51 @@ class IndexingService(_Frozen):
     """Execute pending indexing instants."""
 
 
-ServicePolicy = CleanService | CompactionService | LogCompactionService | ClusteringService | IndexingService
-"""The policy group of one service: each has ``enabled``; all but indexing have ``schedule``."""
+class ArchivalService(_Frozen):
+    """Archival of the active timeline into its history, and of the metadata table's after it
+    (Hudi's ``hoodie.archive.*`` / ``hoodie.keep.*``); off by default: a table's writers may still
+    archive it themselves (``hoodie.archive.automatic``, on in Hudi while their table services run).
+    The cleaner's retention and the compaction trigger that bound it are ``clean``'s and
+    ``compaction``'s."""
+
+    enabled: bool = False
+    """Archive the table when Hudi's trigger says so (more than ``keep_max_commits`` completed
+    commits on the active timeline), after its other work, under the table lock."""
+    keep_min_commits: int = Field(20, ge=1)
+    """Completed commits archival keeps (``hoodie.keep.min.commits``)."""
+    keep_max_commits: int = Field(30, ge=2)
+    """Completed commits on the active timeline past which it archives (``hoodie.keep.max.commits``)."""
+    archive_beyond_savepoint: bool = False
+    """Archive past savepoints, keeping only the savepointed commits (``hoodie.archive.beyond.savepoint``)."""
+    timeline_compaction_batch_size: int = Field(10, ge=2)
+    """History files of one LSM level compacted at once (``hoodie.timeline.compaction.batch.size``)."""
+
+    @model_validator(mode="after")
+    def _bounds(self) -> ArchivalService:
+        if self.keep_max_commits <= self.keep_min_commits:
+            raise ValueError("keep_max_commits must be greater than keep_min_commits")
+        return self
+
+    def options(self, clean: CleanService, compaction: CompactionService) -> dict[str, str]:
+        """The archiver's settings as Hudi option keys, with the table's cleaner and compaction trigger."""
+        return {
+            "hoodie.keep.min.commits": str(self.keep_min_commits),
+            "hoodie.keep.max.commits": str(self.keep_max_commits),
+            "hoodie.archive.beyond.savepoint": str(self.archive_beyond_savepoint).lower(),
+            "hoodie.timeline.compaction.batch.size": str(self.timeline_compaction_batch_size),
+            "hoodie.clean.policy": clean.policy.value,
+            "hoodie.clean.commits.retained": str(clean.commits_retained),
+            "hoodie.clean.hours.retained": str(clean.hours_retained),
+            "hoodie.compact.inline.trigger.strategy": compaction.trigger,
+            "hoodie.compact.inline.max.delta.commits": str(compaction.delta_commits),
+        }
+
+
+ServicePolicy = (
+    CleanService | CompactionService | LogCompactionService | ClusteringService | IndexingService
+    | ArchivalService
+)
+"""The policy group of one service: each has ``enabled``; all but indexing and archival have ``schedule``."""
 
 
 class Services(_Frozen):
@@ -335,6 +380,7 @@ class Services(_Frozen):
     log_compaction: LogCompactionService = LogCompactionService()
     clustering: ClusteringService = ClusteringService()
     indexing: IndexingService = IndexingService()
+    archival: ArchivalService = ArchivalService()
 
     def get(self, service: TableService) -> ServicePolicy:
         """The policy of ``service``."""
@@ -342,9 +388,24 @@ class Services(_Frozen):
         return policy
 
     def schedules(self, service: TableService) -> bool:
-        """Whether new instants of ``service`` are planned (indexing never is: executed only)."""
+        """Whether new instants of ``service`` are planned (indexing never is: executed only), or, for
+        archival (which plans and archives in one step), whether it runs."""
         group = self.get(service)
+        if isinstance(group, ArchivalService):
+            return group.enabled
         return not isinstance(group, IndexingService) and group.schedule
+
+    def archival_settings(self) -> ArchivalSettings:
+        """The archiver's settings (from Hudi's keys, as ``hoodied archive -o``): ``archival``'s, bounded by
+        ``clean``'s retention and ``compaction``'s trigger."""
+        return ArchivalSettings.from_options(self.archival.options(self.clean, self.compaction))
+
+
+def _hudi_text(value: Any) -> Any:
+    """A YAML scalar as a Hudi writer's config would spell it (``true``, ``2181``); other values unchanged."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    return str(value) if isinstance(value, int | float) else value
 
 
 class Policy(_Frozen):
@@ -355,6 +416,34 @@ class Policy(_Frozen):
     priority: int = 0
     """Higher first when workers are scarce; within a priority the oldest pending instant goes first."""
     services: Services = Services()
+    hudi_lock: dict[str, str] = Field(
+        default_factory=dict,
+        # YAML scalars are read as text (_hudi_text): ports and timeouts may be written as numbers
+        json_schema_extra={"additionalProperties": {"type": ["string", "integer", "number", "boolean"]}},
+    )
+    """The table's writers' Hudi lock keys, verbatim (``hoodie.write.lock.provider`` and its provider's
+    keys; ``service.hudi_lock``): when a provider is named, hoodied takes that lock for planning and
+    every timeline write of the table, and ``lock.url`` stays what replicas share among themselves.
+    Merged key by key over ``defaults``; an empty provider opts a table out of the default one."""
+
+    @field_validator("hudi_lock", mode="before")
+    @classmethod
+    def _hudi_lock_text(cls, v: Any) -> Any:
+        # YAML reads 2181 as a number and true as a boolean; Hudi's keys are text, as in a writer's config
+        if isinstance(v, Mapping):
+            return {k: _hudi_text(x) for k, x in v.items()}
+        return v
+
+    @field_validator("hudi_lock")
+    @classmethod
+    def _hudi_lock(cls, v: dict[str, str]) -> dict[str, str]:
+        # imported here: the lock backends load only for settings that name a Hudi lock
+        from hoodied.service.hudi_lock import hudi_lock_problems
+
+        problems = hudi_lock_problems(v)
+        if problems:
+            raise ValueError("; ".join(problems))
+        return v
 
 
 # ---------------------------------------------------------------------------- tables
@@ -393,6 +482,20 @@ def _normalise_location(value: str) -> str:
     return os.path.abspath(os.path.expanduser(value))
 
 
+def _check_hudi_lock_location(location: str, policy: Policy) -> None:
+    """A file-system lock needs tables on a local file system, a storage lock tables on an object store."""
+    if not policy.hudi_lock:
+        return
+    from hoodied.service.hudi_lock import HudiLockProvider, hudi_lock_provider
+
+    provider = hudi_lock_provider(policy.hudi_lock)  # a bad name was reported by the field already
+    on_store = "://" in location and location.split("://", 1)[0] in OBJECT_STORE_SCHEMES
+    if provider is HudiLockProvider.FILESYSTEM and on_store:
+        raise ValueError(f"{location} is on an object store: FileSystemBasedLockProvider needs a local table")
+    if provider is HudiLockProvider.STORAGE and not on_store:
+        raise ValueError(f"{location} is not on an object store, where StorageBasedLockProvider works")
+
+
 class TableEntry(_Frozen):
     """A table watched because it is listed."""
 
@@ -405,6 +508,11 @@ class TableEntry(_Frozen):
     @classmethod
     def _path(cls, v: str) -> str:
         return _normalise_location(v)
+
+    @model_validator(mode="after")
+    def _hudi_lock_fits(self) -> TableEntry:
+        _check_hudi_lock_location(self.path, self.policy)
+        return self
 
 
 class DiscoverRoot(_Frozen):
@@ -421,6 +529,11 @@ class DiscoverRoot(_Frozen):
     @classmethod
     def _root(cls, v: str) -> str:
         return _normalise_location(v)
+
+    @model_validator(mode="after")
+    def _hudi_lock_fits(self) -> DiscoverRoot:
+        _check_hudi_lock_location(self.root, self.policy)
+        return self
 
 
 # ---------------------------------------------------------------------------- daemon-wide groups
@@ -735,6 +848,24 @@ class DaemonConfig(BaseSettings):
         if "http" in data and (http is None or http is False or isinstance(http, str)):
             data["http"] = {"address": http or None}  # `http: off` reads as False in YAML
         return data
+
+    @model_validator(mode="after")
+    def _hudi_skew(self) -> DaemonConfig:
+        policies = [("defaults", self.defaults), *((f"table {t.path}", t.policy) for t in self.tables),
+                    *((f"discover root {r.root}", r.policy) for r in self.discover)]
+        if not any(p.hudi_lock for _, p in policies):
+            return self
+        from hoodied.service.hudi_lock import SKEW_KEY, table_skew_ms
+
+        for where, policy in policies:
+            skew = table_skew_ms(policy.hudi_lock)
+            if skew is not None and skew > self.clock_skew_ms:
+                # every new instant waits clock_skew_ms under the lock: at least the writers' skew
+                raise ValueError(
+                    f"{where}: hudi_lock {SKEW_KEY}={skew} is more than clock_skew_ms={self.clock_skew_ms}, "
+                    f"which hoodied waits under every table's lock; raise clock_skew_ms to at least {skew}"
+                )
+        return self
 
     @field_validator("tables")
     @classmethod

@@ -7,6 +7,10 @@ whose plan is a clustering plan (``ClusteringUtils.isClusteringInstant``), which
 resolves through the timeline. Every other module asks this one rather than listing actions,
 the timeline included (``Timeline.pending_table_services``): this module needs only the
 ``Action`` vocabulary at run time, so the timeline can import it without a cycle.
+
+Archival is the one service without an action: Hudi's archiver writes no instant (it moves
+completed ones into the timeline's history), so ``TableService.ARCHIVAL`` has no ``action`` and
+is never pending; ``label`` names every service's jobs alike in logs and metrics.
 """
 
 from __future__ import annotations
@@ -30,11 +34,30 @@ class TableService(StrEnum):
     LOG_COMPACTION = "log_compaction"
     CLUSTERING = "clustering"
     INDEXING = "indexing"
+    ARCHIVAL = "archival"
+    """Moves old completed instants into the timeline's history; writes no instant of its own."""
 
     @property
     def action(self) -> Action:
-        """The action its instants are requested under (table versions 8 and 9; v6 clustering aside)."""
-        return _ACTIONS[self]
+        """The action its instants are requested under (table versions 8 and 9; v6 clustering aside).
+
+        ``ValueError`` for archival, which has none (``writes_instants``)."""
+        action = _ACTIONS.get(self)
+        if action is None:
+            raise ValueError(f"{self.value} writes no instant: it has no timeline action")
+        return action
+
+    @property
+    def writes_instants(self) -> bool:
+        """Its work is an instant of its own on the timeline (all but archival)."""
+        return self in _ACTIONS
+
+    @property
+    def label(self) -> str:
+        """Its jobs' name in logs and in the metrics' ``action`` label: its action (``logcompaction``...),
+        or ``archival``."""
+        action = _ACTIONS.get(self)
+        return action.value if action is not None else self.value
 
     @property
     def completed_action(self) -> Action:
@@ -48,8 +71,8 @@ class TableService(StrEnum):
 
     @property
     def runs_on_spark(self) -> bool:
-        """Executed as a Spark job (clean runs in the driving process alone)."""
-        return self is not TableService.CLEAN
+        """Executed as a Spark job (clean and archival run in the driving process alone)."""
+        return self not in (TableService.CLEAN, TableService.ARCHIVAL)
 
     @classmethod
     def of_action(cls, action: Action) -> TableService | None:

@@ -4,9 +4,9 @@
 instant's lease (one non-blocking try each: busy means another replica has the table or the
 instant), run the executor (which rolls a failed attempt back first when it cannot resume one:
 ``service.operations.recover_failed_attempt``), release the lease. ``plan(job, ...)``: run the
-service's planner. Both return a ``JobOutcome`` (an ``Outcome``); they never raise for errors of
-the table or the work, so the loop decides retries and quarantine from one place (``outcome``
-and ``retryable``).
+service's planner (archival's archives at once: ``success`` when it moved instants). Both
+return a ``JobOutcome`` (an ``Outcome``); they never raise for errors of the table or the work,
+so the loop decides retries and quarantine from one place (``outcome`` and ``retryable``).
 
 How errors are read (``classify``):
 
@@ -76,13 +76,15 @@ from hoodied.hoodie.timeline.instant import Instant
 from hoodied.hoodie.timeline.truetime import TimeSettings
 from hoodied.service.config import DaemonConfig, Policy
 from hoodied.service.daemon.leases import make_lease, make_table_slot
-from hoodied.service.daemon.registry import ExecutorSpec, JobContext, PlanContext, PlannerSpec
+from hoodied.service.daemon.registry import ArchivalReport, ExecutorSpec, JobContext, PlanContext, PlannerSpec
+from hoodied.service.hudi_lock import hudi_table_lock
 from hoodied.service.locks import LocalFileLock, RedisLockFactory, lock_from_option
 from hoodied.service.spark_jobs import SparkEngine
 
 log = logging.getLogger("hoodied.job")
 
 __all__ = [
+    "COUNTED_ARCHIVAL_OUTCOMES",
     "COUNTED_JOB_OUTCOMES",
     "COUNTED_PLAN_OUTCOMES",
     "Job",
@@ -109,7 +111,7 @@ class Outcome(StrEnum):
     """How a job ended; the value is the ``outcome`` label of the metrics and ``/status``."""
 
     SUCCESS = "success"
-    """The instant was executed."""
+    """The instant was executed (archival, which writes no instant: instants were archived)."""
     PLANNED = "planned"
     """A new instant was requested."""
     NOTHING_DUE = "nothing_due"
@@ -145,6 +147,8 @@ OUTAGE_OUTCOMES = frozenset(
 COUNTED_JOB_OUTCOMES = (Outcome.SUCCESS.value, Outcome.FAILED.value, Outcome.CORRUPT.value)
 #: Plan outcomes whose counters start at 0 for each table and planned service.
 COUNTED_PLAN_OUTCOMES = (Outcome.PLANNED.value, Outcome.FAILED.value)
+#: The same for archival, whose plan job archives (``success``) and requests nothing.
+COUNTED_ARCHIVAL_OUTCOMES = (Outcome.SUCCESS.value, Outcome.FAILED.value)
 
 
 @dataclass(slots=True)
@@ -155,6 +159,8 @@ class JobOutcome:
     seconds: float = 0.0
     counts: dict[str, int] = field(default_factory=dict)
     """What the job did besides its instant or plan (``registry.FAILED_WRITES_ROLLED_BACK``)."""
+    archival: ArchivalReport | None = None
+    """What an archival job moved, and where it stopped and why."""
 
     def __post_init__(self) -> None:
         self.outcome = Outcome(self.outcome)  # a misspelt outcome fails here, not in the books
@@ -242,10 +248,16 @@ class TimedLock:
         self.release()
 
 
-def table_lock(factory: RedisLockFactory | None, settings: DaemonConfig, storage: Storage) -> TableLockBase:
-    """The table lock of a job: Redis when configured; else a file lock on a local table, and the
-    lock ``auto`` picks on an object store (a lock kept in the bucket, ``service.locks``)."""
+def table_lock(
+    factory: RedisLockFactory | None, settings: DaemonConfig, storage: Storage, policy: Policy | None = None
+) -> TableLockBase:
+    """The table lock of a job: the Hudi lock the table's policy names (``hudi_lock``, the writers'
+    own lock: ``service.hudi_lock``); else Redis when configured; else a file lock on a local table,
+    and the lock ``auto`` picks on an object store (a lock kept in the bucket, ``service.locks``)."""
     lock_settings = settings.lock.table_lock_settings()
+    hudi = hudi_table_lock(policy.hudi_lock, storage, lock_settings) if policy is not None else None
+    if hudi is not None:
+        return hudi
     if factory is not None:
         return factory.lock(storage.base_uri, lock_settings)
     if storage.local_path() is None:
@@ -353,7 +365,7 @@ def _execute_leased(
             gone = "completed" if instant is not None else "gone from the timeline"
             return JobOutcome(Outcome.ALREADY_DONE, f"{t}: {gone} since the poll (another executor)",
                               seconds=time.monotonic() - started)
-        lock = TimedLock(table_lock(factory, settings, job.storage), on_lock_wait)
+        lock = TimedLock(table_lock(factory, settings, job.storage, job.policy), on_lock_wait)
         ctx = JobContext(
             job.storage, job.config, instant, lock, job.policy, settings, time_settings, job.cancel, engine,
             counts,
@@ -378,11 +390,18 @@ def plan(
     factory: RedisLockFactory | None,
     on_lock_wait: Callable[[float], None],
 ) -> JobOutcome:
-    """Run the planner of ``job.service``: ``planned`` with the new instant, or ``nothing_due``."""
+    """Run the planner of ``job.service``: ``planned`` with the new instant, ``success`` when it did the
+    work itself (archival), or ``nothing_due``."""
     assert job.timeline is not None
     started = time.monotonic()
     time_settings = TimeSettings(max_expected_clock_skew_ms=settings.clock_skew_ms)
-    lock = TimedLock(table_lock(factory, settings, job.storage), on_lock_wait)
+    try:
+        inner = table_lock(factory, settings, job.storage, job.policy)
+    except Exception as exc:  # a Hudi lock that cannot work on this table, or its name unreadable
+        refused = classify(exc, job.cancel)
+        refused.seconds = time.monotonic() - started
+        return refused
+    lock = TimedLock(inner, on_lock_wait)
     ctx = PlanContext(job.storage, job.config, job.timeline, lock, job.policy, settings, time_settings)
     outcome: JobOutcome
     try:
@@ -391,7 +410,8 @@ def plan(
             outcome = JobOutcome(Outcome.PLANNED, f"{result.instant.requested_time} {job.action} requested: "
                                                   f"{result.summary}")
         else:
-            outcome = JobOutcome(Outcome.NOTHING_DUE, result.summary)
+            outcome = JobOutcome(Outcome.SUCCESS if result.done else Outcome.NOTHING_DUE, result.summary,
+                                 archival=result.archival)
     except Exception as exc:
         outcome = classify(exc, job.cancel)
         if outcome.outcome is Outcome.FAILED:

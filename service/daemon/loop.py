@@ -103,6 +103,7 @@ from hoodied.service.daemon import jobs as joblib
 from hoodied.service.daemon.clock import ClockCheck, ClockState, ClockWatch, ObjectStoreClock, RedisClock
 from hoodied.service.daemon.http import listen, serve_http
 from hoodied.service.daemon.jobs import (
+    COUNTED_ARCHIVAL_OUTCOMES,
     COUNTED_JOB_OUTCOMES,
     COUNTED_PLAN_OUTCOMES,
     Job,
@@ -480,8 +481,10 @@ class Daemon:
         services = ts.policy.services
         runs = [s for s in TableService
                 if result.config.is_mor or s not in (TableService.COMPACTION, TableService.LOG_COMPACTION)]
-        jobs = {s.action.value: COUNTED_JOB_OUTCOMES for s in runs if services.get(s).enabled}
-        plans = {s.action.value: COUNTED_PLAN_OUTCOMES for s in runs if services.schedules(s)}
+        # archival writes no instant: its one job is a plan job that archives
+        jobs = {s.label: COUNTED_JOB_OUTCOMES for s in runs if s.writes_instants and services.get(s).enabled}
+        plans = {s.label: COUNTED_PLAN_OUTCOMES if s.writes_instants else COUNTED_ARCHIVAL_OUTCOMES
+                 for s in runs if services.schedules(s)}
         self.metrics.track_table(ts.uri, jobs, plans)
 
     def _poll_failed(self, ts: TableState, exc: Exception) -> None:
@@ -734,8 +737,9 @@ class Daemon:
         ts = c.table
         assert ts.poll is not None and ts.storage is not None and self._jobs_tg is not None
         instant = c.item.instant if c.item is not None else None
-        # the service's action names the job in logs and metrics (a v6 clustering replacecommit: clustering)
-        action = c.service.action.value
+        # the service's action names the job in logs and metrics (a v6 clustering replacecommit: clustering;
+        # archival, which has no action: archival)
+        action = c.service.label
         job = Job(ts.uri, ts.storage, ts.poll.config, c.service, action, ts.policy, instant, ts.poll.timeline)
         self.running[ts.uri] = job
         self._jobs_tg.start_soon(self._run_job, ts, job, c.kind)
@@ -783,6 +787,10 @@ class Daemon:
         if rolled:
             self.metrics.failed_writes.labels(ts.uri).inc(rolled)
             ts.failed_writes_rolled_back += rolled
+        if outcome.archival is not None:
+            ts.last_archival = (time.time(), outcome.archival)
+            ts.instants_archived += outcome.archival.total
+            self.metrics.instants_archived.labels(ts.uri).inc(outcome.archival.total)
         verdict = record_outcome(ts, job, kind, outcome, self.settings, time.monotonic())
         record = history_record(job, kind, outcome, self.replica, time.time())
         if record is not None:

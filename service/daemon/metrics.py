@@ -1,10 +1,11 @@
 """The daemon's Prometheus metrics (prefix ``hoodied_``), in a registry of its own.
 
 Labels are ``table`` (the table's base path), ``action`` (timeline action of the job:
-``clean``, ``compaction``...) and ``outcome``; never instant times, file ids or free text.
-Events (jobs, plans, lock waits, poll cycles) are counters and histograms updated as they
-happen; state (pending instants, quarantine, ...) is read from the daemon at scrape time by
-``StateCollector``, so a table that is no longer watched disappears from the page at once.
+``clean``, ``compaction``..., or ``archival``, which has none) and ``outcome``; never instant
+times, file ids or free text. Events (jobs, plans, lock waits, poll cycles) are counters and
+histograms updated as they happen; state (pending instants, quarantine, ...) is read from the
+daemon at scrape time by ``StateCollector``, so a table that is no longer watched disappears from
+the page at once.
 
 =================================================  =========  ==================================
 name                                               type       labels
@@ -32,6 +33,7 @@ hoodied_lock_wait_seconds                          histogram  action
 hoodied_poll_cycle_duration_seconds                histogram
 hoodied_storage_requests_total                     counter    operation
 hoodied_failed_writes_rolled_back_total            counter    table
+hoodied_instants_archived_total                    counter    table
 =================================================  =========  ==================================
 
 ``hoodied_storage_requests_total`` counts the requests this process sent to object stores
@@ -64,6 +66,13 @@ is paused by its policy (``paused: true``) or by ``hoodied table pause`` / the H
 ``hoodied_failed_writes_rolled_back_total`` counts the failed data writes rolled back before a
 clean was planned or executed, on tables whose writers use ``hoodie.cleaner.policy.failed.writes=LAZY``
 (``service.failed_writes``); it starts at 0 with the table's other counters.
+
+Archival (``TableService.ARCHIVAL``) writes no instant: its one job is a plan job that archives, counted
+in ``hoodied_plans_total{action="archival"}`` as ``success`` (instants moved), ``nothing_due`` (a boundary
+stopped it: the reason is in ``/status``) or a failure outcome; ``success`` and ``failed`` start at 0 on
+tables whose policy runs it. ``hoodied_instants_archived_total`` counts the instants its jobs moved
+from the active timelines into the history, the metadata table's included; it starts at 0 with the
+table's other counters.
 
 ``hoodied_engine_up`` is 0 while the Spark engine is known to be down (the last session start or
 job found it unreachable or lost; ``/readyz`` answers 503 meanwhile), else 1, also before any
@@ -226,6 +235,9 @@ class Metrics:
         self.failed_writes = Counter("hoodied_failed_writes_rolled_back",
                                      "Failed data writes rolled back before a clean (LAZY tables).",
                                      ["table"], registry=self.registry)
+        self.instants_archived = Counter("hoodied_instants_archived",
+                                         "Instants archived from the table's active timelines (MDT's too).",
+                                         ["table"], registry=self.registry)
         self.poll_cycle = Histogram("hoodied_poll_cycle_duration_seconds",
                                     "Wall time of one poll cycle over every watched table.",
                                     buckets=_POLL_BUCKETS, registry=self.registry)
@@ -244,14 +256,16 @@ class Metrics:
                 for outcome in names:
                     counter.labels(table, action, outcome)
         self.failed_writes.labels(table)
+        self.instants_archived.labels(table)
 
     def forget_table(self, table: str) -> None:
         """Drop every counter series of a table the daemon no longer watches."""
         for counter in (self.jobs, self.plans):
             for labels in [k for k in _label_sets(counter) if k[0] == table]:
                 counter.remove(*labels)
-        with contextlib.suppress(KeyError):
-            self.failed_writes.remove(table)
+        for per_table in (self.failed_writes, self.instants_archived):
+            with contextlib.suppress(KeyError):
+                per_table.remove(table)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -27,22 +27,39 @@ Planner contract: ``due(timeline, policy) -> str | None`` is called on every pol
 cheap (timeline only, no file reads beyond it) and says why planning should be tried now;
 ``plan(ctx) -> PlanOutcome`` then plans under the table lock and writes the requested
 instant (``None`` when nothing is due after all).
+
+Archival writes no instant (``TableService.ARCHIVAL``): its planner is the whole service. Its
+``due`` is Hudi's trigger on the poll's timeline (``planners.archival.archival_due``); its
+``plan`` runs ``executors.archival.execute_archival`` at once, the data table and then its
+metadata table in one hold of the table lock, exactly as ``hoodied archive`` with the same keys
+does, and returns ``done`` with an ``ArchivalReport`` (what moved, where it stopped and why).
+The table lock alone keeps two replicas apart: the second, once it has the lock, reads the
+timeline the first left and finds nothing more to archive.
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
+from hoodied.executors.archival import ArchivalResult, MdtArchival, execute_archival
 from hoodied.executors.clean import execute_clean
 from hoodied.hoodie.actions.services import TableService
 from hoodied.hoodie.locks import TableLock
-from hoodied.hoodie.properties import TableConfig
+from hoodied.hoodie.properties import TableConfig, load_table_config
 from hoodied.hoodie.storage import Storage
 from hoodied.hoodie.timeline.active import Timeline
 from hoodied.hoodie.timeline.instant import Action, Instant
 from hoodied.hoodie.timeline.truetime import TimeSettings
+from hoodied.planners.archival import (
+    ArchivalPlan,
+    StopReason,
+    archival_due,
+    archival_planner,
+    mdt_archival_planner,
+    mdt_archival_target,
+)
 from hoodied.planners.clean import clean_due, schedule_clean
 from hoodied.planners.clustering import clustering_due, schedule_clustering
 from hoodied.planners.compaction import compaction_due, schedule_compaction
@@ -53,6 +70,7 @@ from hoodied.service.spark_jobs import SPARK_SERVICES, SparkEngine, check_spark_
 
 __all__ = [
     "FAILED_WRITES_ROLLED_BACK",
+    "ArchivalReport",
     "ExecutorSpec",
     "JobContext",
     "PlanContext",
@@ -106,10 +124,43 @@ class PlanContext:
 
 
 @dataclass(frozen=True, slots=True)
+class ArchivalReport:
+    """What one archival did on one timeline, for ``/status`` and ``hoodied_instants_archived_total``."""
+
+    archived: int
+    """Instants moved from the active timeline into the history."""
+    recovered: int
+    """Instants an interrupted archival had already moved, whose active files it deleted now."""
+    stop: StopReason
+    """Why archival stopped where it did."""
+    stop_instant: str | None
+    """The instant it stopped at (kept, with everything after it), if the boundary has one."""
+    detail: str
+    metadata_table: ArchivalReport | None = None
+    """The metadata table's archival, run right after (``None``: none ran)."""
+
+    @property
+    def total(self) -> int:
+        """Instants moved off the table's active timelines, the metadata table's included."""
+        return self.archived + (self.metadata_table.total if self.metadata_table is not None else 0)
+
+    @classmethod
+    def of(cls, result: ArchivalResult[ArchivalPlan]) -> ArchivalReport:
+        plan = result.plan
+        mdt = cls.of(result.mdt) if result.mdt is not None else None
+        return cls(len(plan.instants), len(result.recovered), plan.stop.reason, plan.stop.instant,
+                   plan.stop.detail, mdt)
+
+
+@dataclass(frozen=True, slots=True)
 class PlanOutcome:
     instant: Instant | None
     """The new requested instant, or ``None`` when nothing was due."""
     summary: str
+    done: bool = False
+    """The planner did the service's work itself, writing no instant (archival moved instants)."""
+    archival: ArchivalReport | None = None
+    """What an archival did (archival only; also when it found nothing to move)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,9 +220,9 @@ def register_planner(
 def build_registry() -> Registry:
     """A fresh registry of the built-in services.
 
-    Clean runs in the daemon's process; the Spark services run through ``run_spark_service`` and
-    are registered only when their executor module is installed (otherwise their instants wait,
-    untouched, and they are never planned). Indexing is executed, never planned.
+    Clean and archival run in the daemon's process; the Spark services run through
+    ``run_spark_service`` and are registered only when their executor module is installed (otherwise
+    their instants wait, untouched, and they are never planned). Indexing is executed, never planned.
     """
     registry = Registry()
     register_executor(Action.CLEAN, _run_clean, resumes_inflight=True, registry=registry)
@@ -187,6 +238,8 @@ def build_registry() -> Registry:
             register_executor(spec.action, _spark_executor(service), registry=registry)
             if service in planners:
                 register_planner(service, *planners[service], registry=registry)
+    # last: a table's other due plans go first, as Hudi archives after a commit's clean (postCommit)
+    register_planner(TableService.ARCHIVAL, _archival_due, _archive, registry=registry)
     return registry
 
 
@@ -277,7 +330,37 @@ def _clustering_due(timeline: Timeline, policy: Policy) -> str | None:
 
 
 def _plan_clustering(ctx: PlanContext) -> PlanOutcome:
-    instant, result = schedule_clustering(
-        ctx.storage, ctx.lock, ctx.policy.services.clustering.settings(), time_settings=ctx.time_settings
-    )
+    policy = ctx.policy.services.clustering
+    # the trigger is checked again under the lock: a writer's scheduler may have planned one meanwhile
+    settings = replace(policy.settings(), trigger_commits=policy.trigger_commits)
+    instant, result = schedule_clustering(ctx.storage, ctx.lock, settings, time_settings=ctx.time_settings)
     return PlanOutcome(instant, result.summary())
+
+
+# ---------------------------------------------------------------------------- archival
+
+
+def _archival_due(timeline: Timeline, policy: Policy) -> str | None:
+    return archival_due(timeline, policy.services.archival.keep_max_commits)
+
+
+def _archive(ctx: PlanContext) -> PlanOutcome:
+    """``hoodied archive`` with the policy's keys: the data table, then its metadata table."""
+    settings = ctx.policy.services.archival_settings()
+    config = load_table_config(ctx.storage)  # the poll's copy may be older than the table's
+    target = mdt_archival_target(ctx.storage, config, settings)
+    mdt = (
+        # the MDT writer's own batch size (Hudi never sets it there), as ``hoodied archive``
+        MdtArchival(target[0], target[1], mdt_archival_planner(settings, ctx.storage, config))
+        if target is not None else None
+    )
+    result = execute_archival(
+        ctx.storage, config, ctx.lock, archival_planner(settings),
+        compaction_batch_size=settings.compaction_batch_size,
+        archival_batch_size=settings.archival_batch_size, mdt=mdt,
+    )
+    report = ArchivalReport.of(result)
+    done = report.total > 0 or report.recovered > 0 or (
+        report.metadata_table is not None and report.metadata_table.recovered > 0
+    )
+    return PlanOutcome(None, result.summary().replace("\n", "; "), done=done, archival=report)

@@ -16,6 +16,16 @@ every replica; times are epoch seconds):
   ``{"kind", "action", "instant", "outcome", "seconds", "message", "replica", "finished_at"}``
   (``kind``: ``execute``, ``plan`` or ``retry``, a quarantine retry); ``last_outcomes`` stays this
   replica's own recent outcomes.
+
+Per-table ``lock``: which lock guards the table's planning and timeline writes, secrets masked: the
+Hudi lock its ``hudi_lock`` settings name (``ZookeeperBasedLockProvider zk:2181/hudi/locks/trips``),
+else the daemon's own (the Redis address; ``local``; Hudi's storage lock for a table on an object store).
+
+Per-table archival keys (this replica's jobs): ``instants_archived`` since start (the metadata
+table's included), and ``last_archival``: ``null`` or ``{"at", "archived", "recovered", "stop",
+"stop_instant", "detail", "metadata_table"}`` (``stop``: the ``planners.archival.StopReason`` it
+stopped at, ``stop_instant`` the instant kept from there on; ``metadata_table``: the same for the
+metadata table's timeline, or ``null``), also when nothing moved.
 """
 
 from __future__ import annotations
@@ -33,8 +43,10 @@ from hoodied.service.daemon.jobs import Job, JobKind
 from hoodied.service.daemon.metrics import Metrics, StateSnapshot, TableSnapshot
 from hoodied.service.daemon.registry import Registry
 from hoodied.service.daemon.table_state import TableState, item_status
+from hoodied.service.hudi_lock import describe_hudi_lock
 from hoodied.service.locks import RedisLockFactory
 from hoodied.service.spark_jobs import SparkEngine
+from hoodied.service.storage_lock import LOCK_FILE as STORAGE_LOCK_FILE
 from hoodied.service.table_controls import ControlStore
 
 __all__ = ["DaemonView", "clock_document", "state_snapshot", "status_document"]
@@ -139,6 +151,24 @@ def _pause(ts: TableState) -> dict[str, Any] | None:
     return None
 
 
+def _archival(ts: TableState) -> dict[str, Any] | None:
+    if ts.last_archival is None:
+        return None
+    at, report = ts.last_archival
+    return {"at": at, **asdict(report)}
+
+
+def _lock(ts: TableState, daemon: DaemonView) -> str:
+    """Which lock guards the table's planning and timeline writes (secrets masked): the Hudi lock its
+    policy names, else the daemon's (Redis; or a file lock, Hudi's storage lock on an object store)."""
+    hudi = describe_hudi_lock(ts.policy.hudi_lock) if ts.policy.hudi_lock else None
+    if hudi is not None:
+        return hudi
+    if daemon.factory is None and ts.storage is not None and ts.storage.local_path() is None:
+        return f"StorageBasedLockProvider {STORAGE_LOCK_FILE}"
+    return daemon.lock_where()
+
+
 def status_document(daemon: DaemonView) -> dict[str, Any]:
     """The ``/status`` document (``hoodied status`` renders it)."""
     now, mono = time.time(), time.monotonic()
@@ -163,7 +193,7 @@ def status_document(daemon: DaemonView) -> dict[str, Any]:
             "type": config.table_type.value if config else None,
             "version": config.version if config else None,
             "paused": ts.policy.paused or ts.pause is not None, "pause": _pause(ts),
-            "priority": ts.policy.priority,
+            "priority": ts.policy.priority, "lock": _lock(ts, daemon),
             "quarantined": ts.quarantine, "quarantined_at": ts.quarantined_at,
             "quarantine": asdict(ts.stored_quarantine) if ts.stored_quarantine else None,
             "history": [asdict(r) for r in ts.history or []],
@@ -178,6 +208,7 @@ def status_document(daemon: DaemonView) -> dict[str, Any]:
             "planning": dict(ts.plan_notes),
             "last_outcomes": list(ts.outcomes),
             "failed_writes_rolled_back": ts.failed_writes_rolled_back,
+            "instants_archived": ts.instants_archived, "last_archival": _archival(ts),
             "delta_commits_since_compaction": ts.poll.delta_commits_since_compaction if ts.poll else None,
         })
     return {

@@ -29,7 +29,7 @@ from hoodied.hoodie.storage import Storage
 from hoodied.service.config import DaemonConfig, Policy
 from hoodied.service.daemon.jobs import OUTAGE_OUTCOMES, Job, JobKind, JobOutcome, Outcome
 from hoodied.service.daemon.poll import PendingItem, PollResult
-from hoodied.service.daemon.registry import Registry
+from hoodied.service.daemon.registry import ArchivalReport, Registry
 from hoodied.service.table_controls import JobRecord, Pause, Quarantine
 
 __all__ = [
@@ -87,6 +87,10 @@ class TableState:
     last_success: dict[str, float] = field(default_factory=dict)
     failed_writes_rolled_back: int = 0
     """Failed data writes its clean jobs rolled back since the daemon started."""
+    last_archival: tuple[float, ArchivalReport] | None = None
+    """When (epoch seconds) its last archival job ended, and what it did (also when nothing moved)."""
+    instants_archived: int = 0
+    """Instants its archival jobs moved into the history since the daemon started (its MDT's included)."""
 
 
 @dataclass(slots=True)
