@@ -38,8 +38,9 @@ mtime is trusted only when the folder had been quiet for ``QUIET_NS`` before tha
 none), and the names are listed again about every ``RELIST_S`` whatever the mtime says.
 Everything derived from the timeline alone (pending instants, delta commits, the planners'
 triggers) is reused while the names are unchanged; heartbeats of inflight instants are
-checked on every poll, and the triggers again every ``RECHECK_DUE_S`` (time-based triggers
-move with the clock alone). bench/poll.py measures it.
+checked on every poll, and the triggers that move with the clock alone (a time-based compaction
+trigger: ``PlannerSpec.reads_clock``) again every ``RECHECK_DUE_S``; the others change only with
+the timeline. bench/poll.py measures it.
 
 Object stores (S3, GCS, Azure) have no folder mtime; what costs there is requests. A poll lists
 the timeline folder from an offset (``Storage.list_after``: S3 ``start-after``), bounded
@@ -430,7 +431,11 @@ def _reuse(
         relist_at=relist_at, due_at=cached.due_at, offset=cached.offset, services=cached.services,
     )
     if started - cached.due_at >= RECHECK_DUE_S:
-        _evaluate_due(result, result.timeline, policy, registry, started)
+        if any(policy.services.schedules(service) and spec.reads_clock(policy)
+               for service, spec in registry.planners.items()):
+            _evaluate_due(result, result.timeline, policy, registry, started)
+        else:
+            result.due_at = started  # nothing the clock can change: the reasons stand
     result.seconds = time.monotonic() - started
     return result
 

@@ -172,11 +172,18 @@ class ExecutorSpec:
     """Re-running an inflight attempt whose heartbeat expired is safe (no rollback first)."""
 
 
+def _reads_no_clock(policy: Policy) -> bool:
+    return False
+
+
 @dataclass(frozen=True, slots=True)
 class PlannerSpec:
     service: TableService
     due: Callable[[Timeline, Policy], str | None]
     plan: Callable[[PlanContext], PlanOutcome]
+    reads_clock: Callable[[Policy], bool] = _reads_no_clock
+    """Whether ``due`` can change with the clock alone under ``policy`` (a time-based trigger): only
+    then is it asked again while the timeline stays the same (``service.daemon.poll``)."""
 
 
 @dataclass(slots=True)
@@ -208,13 +215,16 @@ def register_planner(
     plan: Callable[[PlanContext], PlanOutcome],
     *,
     registry: Registry,
+    reads_clock: Callable[[Policy], bool] = lambda policy: True,
 ) -> None:
-    """Make ``plan`` the planner of ``service`` in ``registry``, tried whenever ``due`` gives a reason."""
+    """Make ``plan`` the planner of ``service`` in ``registry``, tried whenever ``due`` gives a reason;
+    ``reads_clock`` says under which policies ``due`` moves with the clock alone (by default always,
+    the safe answer for a trigger nobody described)."""
     try:
         known = TableService(service)
     except ValueError:
         raise ValueError(f"{service!r} is not a service ({', '.join(TableService)})") from None
-    registry.planners[known] = PlannerSpec(known, due, plan)
+    registry.planners[known] = PlannerSpec(known, due, plan, reads_clock)
 
 
 def build_registry() -> Registry:
@@ -226,7 +236,9 @@ def build_registry() -> Registry:
     """
     registry = Registry()
     register_executor(Action.CLEAN, _run_clean, resumes_inflight=True, registry=registry)
-    register_planner(TableService.CLEAN, _clean_due, _plan_clean, registry=registry)
+    # every trigger counts instants on the timeline, except compaction's time-based strategies
+    register_planner(TableService.CLEAN, _clean_due, _plan_clean, registry=registry,
+                     reads_clock=_reads_no_clock)
     planners: dict[TableService, tuple[Callable[[Timeline, Policy], str | None],
                                        Callable[[PlanContext], PlanOutcome]]] = {
         TableService.COMPACTION: (_compaction_due, _plan_compaction),
@@ -237,9 +249,12 @@ def build_registry() -> Registry:
         if spec.available():
             register_executor(spec.action, _spark_executor(service), registry=registry)
             if service in planners:
-                register_planner(service, *planners[service], registry=registry)
+                register_planner(service, *planners[service], registry=registry,
+                                 reads_clock=_compaction_reads_clock if service is TableService.COMPACTION
+                                 else _reads_no_clock)
     # last: a table's other due plans go first, as Hudi archives after a commit's clean (postCommit)
-    register_planner(TableService.ARCHIVAL, _archival_due, _archive, registry=registry)
+    register_planner(TableService.ARCHIVAL, _archival_due, _archive, registry=registry,
+                     reads_clock=_reads_no_clock)
     return registry
 
 
@@ -301,6 +316,10 @@ def _spark_executor(service: TableService) -> Callable[[JobContext], str]:
         return result.summary()
 
     return run
+
+
+def _compaction_reads_clock(policy: Policy) -> bool:
+    return policy.services.compaction.trigger != "NUM_COMMITS"  # TIME_ELAPSED, NUM_AND_TIME, NUM_OR_TIME
 
 
 def _compaction_due(timeline: Timeline, policy: Policy) -> str | None:

@@ -13,20 +13,28 @@ import gc
 import logging
 import os
 import time
+from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from hoodied.hoodie.actions.services import service_of
+from hoodied.hoodie.actions.services import TableService, service_of
 from hoodied.hoodie.properties import load_table_config
 from hoodied.hoodie.storage import LocalStorage
 from hoodied.hoodie.timeline.active import Timeline, parse_timeline_file_name
 from hoodied.hoodie.timeline.compact import CompactTimeline, timeline_from_names
 from hoodied.hoodie.timeline.instant import Instant, State
-from hoodied.service.config import load_config
+from hoodied.service.config import Policy, load_config
 from hoodied.service.daemon.poll import RECHECK_DUE_S, PollResult, poll_table
-from hoodied.service.daemon.registry import build_registry
+from hoodied.service.daemon.registry import (
+    PlanContext,
+    PlanOutcome,
+    Registry,
+    build_registry,
+    register_planner,
+)
 from tests.helpers.fixtures import ALL_FIXTURES, unzip_table
 
 #: Every fixture hoodied serves (a Lance table is refused before its timeline is read).
@@ -181,3 +189,41 @@ def test_an_unchanged_folder_keeps_its_view_and_a_new_file_makes_a_new_one(tmp_p
     assert third.view is not first.view and third.signature != first.signature
     assert [(i.instant.requested_time, i.instant.state) for i in third.pending][-1] == (t, State.REQUESTED)
     assert _summary(third.timeline) == _summary(Timeline.load(storage, third.config))
+
+
+def test_an_unchanged_timeline_asks_again_only_when_a_trigger_reads_the_clock(tmp_path: Path) -> None:
+    """Count-based triggers give the same answer while the timeline stays the same: they are not
+    asked again every ``RECHECK_DUE_S``; a time-based compaction trigger makes every trigger asked."""
+    root = unzip_table(ALL_FIXTURES["mor/avro/v8_trips_8i3u1d"], tmp_path / "t")
+    asked: Counter[str] = Counter()
+
+    def due(name: str, reason: str | None) -> Callable[[Timeline, Policy], str | None]:
+        def check(timeline: Timeline, policy: Policy) -> str | None:
+            asked[name] += 1
+            return reason
+        return check
+
+    def never(ctx: PlanContext) -> PlanOutcome:
+        raise AssertionError("the poll never plans")
+
+    registry = Registry()
+    register_planner("clean", due("clean", None), never, registry=registry, reads_clock=lambda p: False)
+    register_planner("compaction", due("compaction", "5 delta commits"), never, registry=registry,
+                     reads_clock=lambda p: p.services.compaction.trigger != "NUM_COMMITS")
+
+    def poll(cached: PollResult | None, trigger: str) -> PollResult:
+        settings = load_config(overrides={"tables": [str(root)], "http": "off",
+                                          "defaults": {"services": {"compaction": {"trigger": trigger}}}})
+        return poll_table(LocalStorage(str(root)), cached, settings.tables[0].policy, registry,
+                          settings.heartbeat)
+
+    first = poll(None, "NUM_COMMITS")
+    assert asked == {"clean": 1, "compaction": 1}
+    assert first.due == {TableService.COMPACTION: "5 delta commits"}
+    first.due_at = time.monotonic() - RECHECK_DUE_S - 1
+    again = poll(first, "NUM_COMMITS")
+    assert asked == {"clean": 1, "compaction": 1}  # nothing the clock can change: not asked
+    assert again.due == first.due and again.due_at > first.due_at
+    again.due_at = time.monotonic() - RECHECK_DUE_S - 1
+    timed = poll(again, "NUM_OR_TIME")
+    assert asked == {"clean": 2, "compaction": 2} and timed.due == first.due
