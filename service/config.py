@@ -850,6 +850,22 @@ class DaemonConfig(BaseSettings):
         return data
 
     @model_validator(mode="after")
+    def _one_table_lock_keys(self) -> DaemonConfig:
+        if not self.defaults.hudi_lock and not any(r.policy.hudi_lock for r in self.discover):
+            return self
+        from hoodied.service.hudi_lock import ONE_TABLE_KEYS
+
+        for where, keys in [("defaults", self.defaults.hudi_lock),
+                            *((f"discover root {r.root}", r.policy.hudi_lock) for r in self.discover)]:
+            named = [k for k in ONE_TABLE_KEYS if k in keys]
+            if named:
+                raise ValueError(
+                    f"{where}: hudi_lock {', '.join(named)} names one table's lock; set it on that table's "
+                    "entry (here every table would share one lock while each table's writers take their own)"
+                )
+        return self
+
+    @model_validator(mode="after")
     def _hudi_skew(self) -> DaemonConfig:
         policies = [("defaults", self.defaults), *((f"table {t.path}", t.policy) for t in self.tables),
                     *((f"discover root {r.root}", r.policy) for r in self.discover)]

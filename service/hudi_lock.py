@@ -59,6 +59,7 @@ from hoodied.service.zookeeper_lock import ZooKeeperLock, ZooKeeperLockConfig
 
 __all__ = [
     "COMMON_KEYS",
+    "ONE_TABLE_KEYS",
     "PROVIDER_KEY",
     "SKEW_KEY",
     "HudiLockProvider",
@@ -95,6 +96,15 @@ _DYNAMODB_KEYS = (
     "hoodie.write.lock.dynamodb.read_capacity",
     "hoodie.write.lock.dynamodb.write_capacity",
     "hoodie.write.lock.dynamodb.table_creation_timeout",
+)
+#: Keys that name one table's lock (its ZooKeeper node, DynamoDB item or lock file): valid on a table
+#: entry only. In ``defaults`` or on a discover root they would give every table the same lock, while
+#: each table's writers lock their own (by default named after ``hoodie.table.name``), and hoodied
+#: would exclude none of them.
+ONE_TABLE_KEYS = (
+    "hoodie.write.lock.zookeeper.lock_key",
+    "hoodie.write.lock.dynamodb.partition_key",
+    "hoodie.write.lock.filesystem.path",
 )
 _IN_PROCESS = "org.apache.hudi.client.transaction.lock.InProcessLockProvider"
 

@@ -143,6 +143,23 @@ def test_the_writers_clock_skew_must_not_exceed_the_daemons(tmp_path: Path) -> N
     assert ok.defaults.hudi_lock["hoodie.time.generator.max_expected_clock_skew_ms"] == "500"
 
 
+@pytest.mark.parametrize("key", [
+    "hoodie.write.lock.zookeeper.lock_key",
+    "hoodie.write.lock.dynamodb.partition_key",
+    "hoodie.write.lock.filesystem.path",
+])
+def test_a_key_naming_one_tables_lock_belongs_on_that_tables_entry(tmp_path: Path, key: str) -> None:
+    """In defaults or on a discover root it would give every table one lock while each table's
+    writers take their own: refused, with where it belongs."""
+    for where in ({"defaults": {"hudi_lock": {**ZK, key: "trips"}}},
+                  {"discover": [{"root": str(tmp_path), "policy": {"hudi_lock": {**ZK, key: "trips"}}}]}):
+        problems = _problems({"tables": [str(tmp_path / "a")], **where})
+        assert len(problems) == 1 and f"{key} names one table's lock" in problems[0], problems
+    entry = {"path": str(tmp_path / "a"), "policy": {"hudi_lock": {LOCK_KEY: "trips"}}}
+    ok = load_config(overrides={"tables": [entry], "defaults": {"hudi_lock": ZK}})
+    assert ok.tables[0].policy.hudi_lock[LOCK_KEY] == "trips"
+
+
 def test_the_keys_build_the_providers_lock(tmp_path: Path) -> None:
     storage = _table(tmp_path)
     lock = hudi_table_lock({**ZK, "hoodie.write.lock.wait_time_ms": "2500",
