@@ -12,7 +12,9 @@ import re
 
 __all__ = ["mask_secrets"]
 
-_URL_PASSWORD = re.compile(r"(\b[a-z][a-z0-9+.-]*:/*[^\s/:@]*:)[^\s/@]+@", re.IGNORECASE)
+#: Up to the LAST ``@`` of the word: a password may hold ``@`` or ``/`` itself (URL clients such as
+#: redis-py split the user part at its last ``@``); masking too much is the safe way to be wrong.
+_URL_PASSWORD = re.compile(r"(\b[a-z][a-z0-9+.-]*:/*[^\s/:@]*:)\S*@", re.IGNORECASE)
 _SECRET_PARAM = re.compile(
     r"([;?&][a-z0-9_.-]*(?:password|passwd|secret|token|credential|key|sig)=)[^;&\s'\"]+", re.IGNORECASE
 )

@@ -28,6 +28,7 @@ from hoodied.hoodie.errors import (
     TableNotFoundError,
     UnsupportedTableError,
 )
+from hoodied.hoodie.secrets import mask_secrets
 from hoodied.hoodie.timeline.instant import is_instant_time
 from hoodied.service.cli.archive import archive
 from hoodied.service.cli.daemon import config, run, status
@@ -65,15 +66,16 @@ _EXIT_BY_ERROR: list[tuple[type[HoodieServiceError], int]] = [
 ]
 
 def _fail(exc: BaseException, debug: bool) -> NoReturn:
-    if debug:
-        traceback.print_exception(exc, file=sys.stderr)
+    if debug:  # masked as every message: a URL with its password may sit in any error's text
+        text = "".join(traceback.format_exception(exc))
+        sys.stderr.write(mask_secrets(text))
     code = EXIT_ERROR
     for kind, kind_code in _EXIT_BY_ERROR:
         if isinstance(exc, kind):
             code = kind_code
             break
     message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-    click.echo(f"hoodied: error: {message}", err=True)
+    click.echo(f"hoodied: error: {mask_secrets(message)}", err=True)
     sys.exit(code)
 
 
