@@ -516,8 +516,14 @@ class Daemon:
         ts.quarantine, ts.quarantined_at = reason, time.time()
         self.problems_in_pass += 1
         self._error(ts.uri, f"quarantined: {reason}")
-        first_retry = ts.quarantined_at + self.settings.controls.retry_backoff(0)
-        q = Quarantine(reason, ts.quarantined_at, self.replica, instant, next_retry_at=first_retry)
+        carried, ts.released_by_retry = ts.released_by_retry, None
+        retries = 0
+        window = self.settings.controls.quarantine_retry_max_seconds
+        if carried is not None and ts.quarantined_at - carried[1] < window:
+            retries = carried[0]  # back soon after a retry released it: the backoff goes on growing
+        first_retry = ts.quarantined_at + self.settings.controls.retry_backoff(retries)
+        q = Quarantine(reason, ts.quarantined_at, self.replica, instant, retries=retries,
+                       next_retry_at=first_retry)
         ts.stored_quarantine = q
         log.error("table quarantined: left untouched until a retry finds the cause gone or it is released",
                   table=ts.uri, reason=reason, instant=instant,
@@ -566,7 +572,8 @@ class Daemon:
             return failed
 
         failed = await anyio.to_thread.run_sync(run, abandon_on_cancel=abandon_on_cancel)
-        self._outbox.extendleft(reversed(failed))
+        # the failed writes go before those queued meanwhile; when full, the oldest are dropped
+        self._outbox = deque([*failed, *self._outbox], maxlen=OUTBOX_MAX)
 
     async def _sync_controls(self) -> None:
         """Read every pause and quarantine of the store, and the history of tables whose jobs changed."""
@@ -631,6 +638,7 @@ class Daemon:
                 outcome, message = "released", "the cause is gone: quarantine released"
                 self._outbox.append(functools.partial(_release, uri=ts.uri))
                 self._lift(ts, "a retry found the cause gone")
+                ts.released_by_retry = (q.retries + 1, time.time())
             else:
                 retried = with_retry(q, error=cause, next_at=time.time() + delay)
                 ts.stored_quarantine = retried

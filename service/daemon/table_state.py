@@ -74,6 +74,10 @@ class TableState:
     quarantine_stored_at: float | None = None
     """When (monotonic) this replica's quarantine was written to the store: a read that started
     later and finds none means it was released."""
+    released_by_retry: tuple[int, float] | None = None
+    """(retries so far, epoch) when this replica's retry released the table's quarantine: a new
+    quarantine soon after goes on from that count, so a cause a retry cannot see (a failing plan)
+    still backs off instead of being released every first retry."""
     pause: Pause | None = None
     """A pause set with ``hoodied table pause`` or the HTTP API (``policy.paused`` is the settings')."""
     history: list[JobRecord] | None = None
@@ -229,8 +233,9 @@ def record_outcome(
 def history_record(
     job: Job, kind: JobKind, outcome: JobOutcome, replica: str, finished_at: float
 ) -> JobRecord | None:
-    """The shared history's entry for a finished job (``None`` for ``nothing_due`` and ``claimed``)."""
-    if outcome.outcome in (Outcome.NOTHING_DUE, Outcome.CLAIMED):
+    """The shared history's entry for a finished job (``None`` for ``nothing_due``, ``claimed`` and
+    ``skipped``: a table busy on another replica would otherwise fill its history at every poll)."""
+    if outcome.outcome in (Outcome.NOTHING_DUE, Outcome.CLAIMED, Outcome.SKIPPED):
         return None
     return JobRecord(kind=str(kind), action=job.action,
                      instant=job.instant.requested_time if job.instant else None,

@@ -302,6 +302,35 @@ def test_of_two_replicas_that_both_find_a_retry_due_only_one_runs_it(
     assert all(r.outcome == "quarantined" and "cannot read the table" in r.message for r in tries)
 
 
+def test_a_quarantine_back_soon_after_a_retry_released_it_keeps_backing_off(tmp_path: Path) -> None:
+    """A cause a retry cannot see (a plan that fails: the table reads fine) is released by the retry;
+    quarantined again soon after, the table goes on from the retry count, so the waits keep growing."""
+    table = _table(tmp_path)
+    settings = _settings(tmp_path, table, controls={"quarantine_retry_seconds": 60,
+                                                    "quarantine_retry_max_seconds": 3600})
+    store = open_store(settings)
+    store.quarantine(str(table), Quarantine("clean plan failed 3 times", time.time(), "replica-0",
+                                            retries=2, next_retry_at=time.time()))
+    daemon = Daemon(settings)
+    daemon.store = store
+
+    async def retry_then_fail_again() -> None:
+        await daemon._sync_controls()
+        await daemon._retry_quarantined()  # the table reads: released
+        ts = daemon.tables[str(table)]
+        assert ts.quarantine is None and ts.released_by_retry is not None
+        daemon._quarantine(ts, "clean plan failed 3 times")
+        await daemon._flush()
+
+    try:
+        anyio.run(retry_then_fail_again)
+        q = store.read_all().of(str(table)).quarantine
+    finally:
+        store.close()
+    assert q is not None and q.retries == 3
+    assert 480 - 5 <= q.next_retry_at - q.at <= 480 + 5  # 60 s x 2^3, not the first 60 s again
+
+
 # ---------------------------------------------------------------------------- history, local store
 
 
