@@ -16,8 +16,8 @@ command -v javac >/dev/null || need_apt+=(openjdk-17-jdk-headless)
 [ -d /usr/share/zookeeper ] || need_apt+=(zookeeper)
 [ -f /usr/share/java/curator-recipes.jar ] || need_apt+=(libcurator-recipes-java)
 command -v promtool >/dev/null || need_apt+=(prometheus)
-# the status page's browser test: Debian's headless Chromium
-command -v chromium >/dev/null || need_apt+=(chromium)
+# the status page test: a headless browser (Debian: chromium; an installed chromium-browser serves too)
+command -v chromium >/dev/null || command -v chromium-browser >/dev/null || need_apt+=(chromium)
 # npm: Azurite (below) and, where helm is missing, the chart tests' tools
 command -v npm >/dev/null || need_apt+=(npm)
 if [ ${#need_apt[@]} -gt 0 ]; then
