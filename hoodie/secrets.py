@@ -15,8 +15,11 @@ __all__ = ["mask_secrets"]
 #: Up to the LAST ``@`` of the word: a password may hold ``@`` or ``/`` itself (URL clients such as
 #: redis-py split the user part at its last ``@``); masking too much is the safe way to be wrong.
 _URL_PASSWORD = re.compile(r"(\b[a-z][a-z0-9+.-]*:/*[^\s/:@]*:)\S*@", re.IGNORECASE)
+#: A value already masked is matched as itself, so masking twice changes nothing (a message masked
+#: where it was made is masked again on its way out).
 _SECRET_PARAM = re.compile(
-    r"([;?&][a-z0-9_.-]*(?:password|passwd|secret|token|credential|key|sig)=)[^;&\s'\"]+", re.IGNORECASE
+    r"([;?&][a-z0-9_.-]*(?:password|passwd|secret|token|credential|key|sig)=)(?:\*\*\*|[^;&\s'\"]+)",
+    re.IGNORECASE,
 )
 
 

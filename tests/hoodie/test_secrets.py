@@ -21,3 +21,5 @@ from hoodied.hoodie.secrets import mask_secrets
 ])
 def test_passwords_and_credential_parameters_are_masked(text: str, shown: str) -> None:
     assert mask_secrets(text) == shown
+    assert mask_secrets(shown) == shown  # twice is once: a message is masked where made and on its way out
+    assert mask_secrets(f"Spark Connect {shown}: session start") == f"Spark Connect {shown}: session start"
