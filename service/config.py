@@ -109,7 +109,6 @@ __all__ = [
     "chart_values_schema",
     "environment_values",
     "load_config",
-    "mask_secrets",
     "read_yaml",
     "redacted_settings",
     "settings_json_schema",

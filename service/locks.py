@@ -90,7 +90,6 @@ __all__ = [
     "RedisLockFactory",
     "RedisTableLock",
     "lock_from_option",
-    "redacted_url",
 ]
 
 T = TypeVar("T")
@@ -163,16 +162,16 @@ class RedisLockFactory:
         self.url = url
         self.settings = settings or LockSettings()
         self.socket_timeout_s = socket_timeout_ms / 1000
-        self._loop = _LoopThread(f"hoodied-redis-lock {redacted_url(url)}")
+        self._loop = _LoopThread(f"hoodied-redis-lock {mask_secrets(url)}")
         self._client: aioredis.Redis | None = None
         self._closed = False
 
     def __repr__(self) -> str:
-        return f"RedisLockFactory({redacted_url(self.url)!r})"
+        return f"RedisLockFactory({mask_secrets(self.url)!r})"
 
     @property
     def where(self) -> str:
-        return redacted_url(self.url)
+        return mask_secrets(self.url)
 
     def lock(self, base_uri: str, settings: LockSettings | None = None) -> RedisTableLock:
         """The lock of the table at ``base_uri`` (not yet acquired)."""
@@ -224,11 +223,6 @@ class RedisLockFactory:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def redacted_url(url: str) -> str:
-    """The URL with its password masked (``***``): for messages, thread names and shown settings."""
-    return mask_secrets(url)
 
 
 class RedisTableLock(TableLockBase):

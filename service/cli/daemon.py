@@ -35,6 +35,7 @@ import yaml
 from click.core import ParameterSource
 
 from hoodied.hoodie.human import format_age
+from hoodied.hoodie.secrets import mask_secrets
 from hoodied.service.cli.exits import EXIT_CONFIG, EXIT_ERROR, EXIT_UNSERVED
 from hoodied.service.cli.options import echo_json
 from hoodied.service.config import (
@@ -42,7 +43,6 @@ from hoodied.service.config import (
     DaemonConfig,
     chart_values_schema,
     load_config,
-    mask_secrets,
     redacted_settings,
     settings_json_schema,
     unknown_environment,

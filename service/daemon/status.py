@@ -36,8 +36,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from typing import Any, Protocol
 
+from hoodied.hoodie.secrets import mask_secrets
 from hoodied.hoodie.storage import STORAGE_REQUESTS
-from hoodied.service.config import DaemonConfig, mask_secrets
+from hoodied.service.config import DaemonConfig
 from hoodied.service.daemon.clock import ClockState, ClockWatch
 from hoodied.service.daemon.jobs import Job, JobKind
 from hoodied.service.daemon.metrics import Metrics, StateSnapshot, TableSnapshot
