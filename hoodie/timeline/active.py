@@ -10,8 +10,10 @@ metadata says ``operationType`` CLUSTER (``is_clustering``).
 
 Completion times come from the file name (layout 2) or, for layout 1 and legacy layout-2
 files, from the completed file's modification time in the table timezone, as Hudi backfills
-them. With ``include_history=True`` the LSM history (``hoodie.timeline.history``) adds the completed
-instants that were archived.
+them. With ``include_history=True`` the archived timeline adds the completed instants that left the
+active one: the LSM history of layout 2 (``hoodie.timeline.history``) or the ``.hoodie/archived``
+log files of layout 1 (``hoodie.timeline.archived_v6``), both behind ``ArchivedPart``; an archived
+instant answers ``read_commit_metadata`` and ``read_plan`` from its archived record.
 
 Instant times (``HoodieInstantTimeGenerator``) are parsed and formatted by ``hoodie.timeline.instant``;
 ``instant_time_to_datetime`` and ``datetime_to_instant_time`` are re-exported here for the
@@ -26,13 +28,14 @@ import re
 from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, tzinfo
-from typing import Any
+from typing import Any, Protocol
 
 from hoodied.hoodie.actions.services import service_of
 from hoodied.hoodie.avro.container import is_avro_container, read_single_record
 from hoodied.hoodie.errors import HoodieFormatError
 from hoodied.hoodie.properties import TableConfig
 from hoodied.hoodie.storage import Storage
+from hoodied.hoodie.timeline.archived_v6 import ArchivedTimelineV6
 from hoodied.hoodie.timeline.history import History
 from hoodied.hoodie.timeline.instant import (
     COMPLETED_ACTION,
@@ -47,10 +50,12 @@ from hoodied.hoodie.timeline.plans import Plan, decode_plan
 
 __all__ = [
     "PLAN_ACTIONS",
+    "ArchivedPart",
     "Timeline",
     "datetime_to_instant_time",
     "decode_metadata",
     "instant_time_to_datetime",
+    "load_archived",
     "parse_timeline_file_name",
 ]
 
@@ -82,6 +87,94 @@ def parse_timeline_file_name(folder: str, name: str) -> Instant | None:
     return inst
 
 
+class ArchivedPart(Protocol):
+    """The archived completed instants of a table, as the ``Timeline`` reads them."""
+
+    def instants(self) -> list[Instant]: ...
+
+    def file_of(self, instant: Instant) -> str | None:
+        """The archive file holding the instant (``None``: not archived)."""
+
+    def commit_metadata(self, instant: Instant) -> dict[str, Any]:
+        """The completed instant's metadata record (``{}`` for an empty one)."""
+
+    def plan(self, instant: Instant) -> dict[str, Any] | None:
+        """The instant's plan record, when it had one."""
+
+
+class _LsmPart:
+    """Layout 2: the LSM history, whose rows keep the timeline files' bytes."""
+
+    def __init__(self, history: History) -> None:
+        self.history = history
+
+    def instants(self) -> list[Instant]:
+        return self.history.instants()
+
+    def file_of(self, instant: Instant) -> str | None:
+        entry = self.history.get(instant.requested_time)
+        return entry.file if entry is not None else None
+
+    def commit_metadata(self, instant: Instant) -> dict[str, Any]:
+        where = f"{self.file_of(instant)} ({instant.requested_time} metadata)"
+        return decode_metadata(self.history.metadata_bytes(instant.requested_time) or b"", where)
+
+    def plan(self, instant: Instant) -> dict[str, Any] | None:
+        data = self.history.plan_bytes(instant.requested_time)
+        if not data:
+            return None
+        record = read_single_record(data, f"{self.file_of(instant)} ({instant.requested_time} plan)")
+        # an archived replacecommit keeps its inflight commit metadata as "plan" when that was not empty
+        if instant.action in (Action.REPLACE_COMMIT, Action.CLUSTERING) and "partitionToWriteStats" in record:
+            return None
+        return record
+
+
+#: The ``HoodieArchivedMetaEntry`` field of a layout-1 archived requested record that holds its plan.
+_V6_PLAN_FIELD = {
+    Action.COMPACTION: "hoodieCompactionPlan",
+    Action.LOG_COMPACTION: "hoodieCompactionPlan",
+    Action.REPLACE_COMMIT: "hoodieRequestedReplaceMetadata",
+    Action.CLEAN: "hoodieCleanerPlan",
+}
+
+
+class _V6Part:
+    """Layout 1: ``.hoodie/archived``, whose records hold the files' contents as Avro records."""
+
+    def __init__(self, archived: ArchivedTimelineV6) -> None:
+        self.archived = archived
+        self._instants = archived.instants()
+
+    def instants(self) -> list[Instant]:
+        return list(self._instants)
+
+    def file_of(self, instant: Instant) -> str | None:
+        done = [r for r in self.archived.entries(instant) if r.state is State.COMPLETED]
+        return done[0].file if done else None
+
+    def commit_metadata(self, instant: Instant) -> dict[str, Any]:
+        return self.archived.metadata(instant) or {}
+
+    def plan(self, instant: Instant) -> dict[str, Any] | None:
+        key = _V6_PLAN_FIELD.get(instant.action)
+        if key is None:
+            return None  # Hudi 0.x archives no rollback, restore or indexing plan
+        for state in (State.REQUESTED, State.INFLIGHT):  # 0.x cleans copied the plan into the inflight file
+            for r in self.archived.entries(instant):
+                value = r.record.get(key)
+                if r.state is state and isinstance(value, dict):
+                    return value
+        return None
+
+
+def load_archived(storage: Storage, config: TableConfig) -> ArchivedPart:
+    """The table's archived timeline in its layout's format (empty when nothing was archived)."""
+    if config.timeline_layout < 2:
+        return _V6Part(ArchivedTimelineV6.load(storage, config))
+    return _LsmPart(History.load(storage, config))
+
+
 @dataclass(slots=True)
 class _Group:
     """The state files of one instant while loading."""
@@ -101,7 +194,7 @@ class Timeline:
         config: TableConfig,
         instants: list[Instant],
         files: dict[tuple[str, Action], dict[State, str]],
-        history: History | None = None,
+        history: ArchivedPart | None = None,
     ) -> None:
         self.storage = storage
         self.config = config
@@ -173,7 +266,7 @@ class Timeline:
             inst = cls._resolve(requested, group, config, tz)
             instants.append(inst)
             by_instant[(requested, inst.action)] = group.files
-        history = History.load(storage, config) if include_history else None
+        history = load_archived(storage, config) if include_history else None
         if history is not None:
             active = {i.requested_time for i in instants}
             instants.extend(i for i in history.instants() if i.requested_time not in active)
@@ -233,10 +326,10 @@ class Timeline:
         return None
 
     def is_archived(self, instant: Instant) -> bool:
-        """True for instants that come from the LSM history (no active timeline files)."""
+        """True for instants that come from the archived timeline (no active timeline files)."""
         if (instant.requested_time, instant.action) in self._files:
             return False
-        return self._history is not None and self._history.get(instant.requested_time) is not None
+        return self._history is not None and self._history.file_of(instant) is not None
 
     # ---------------------------------------------------------------- files
 
@@ -248,16 +341,17 @@ class Timeline:
     def state_file(self, instant: Instant, state: State | None = None) -> str:
         """Relative path of the file of ``state`` (default: the instant's own state).
 
-        For an archived instant this is the history parquet file holding its row.
+        For an archived instant this is the archive file holding it (a history parquet file of
+        layout 2, a ``.commits_.archive`` log file of layout 1).
         """
         wanted = state or instant.state
         names = self._files.get((instant.requested_time, instant.action))
         if names and wanted in names:
             return f"{self.config.timeline_path}/{names[wanted]}"
         if self._history is not None and wanted is State.COMPLETED:
-            entry = self._history.get(instant.requested_time)
-            if entry is not None:
-                return entry.file
+            file = self._history.file_of(instant)
+            if file is not None:
+                return file
         raise LookupError(f"{instant}: no {wanted.value} file on the timeline")
 
     # ---------------------------------------------------------------- contents
@@ -273,7 +367,7 @@ class Timeline:
             return None
         names = self._files.get((instant.requested_time, instant.action))
         if names is None:
-            return self._history_plan(instant)
+            return self._history.plan(instant) if self._history is not None else None
         candidates = [State.REQUESTED]
         if instant.action is Action.CLEAN:
             candidates.append(State.INFLIGHT)  # 0.x writers copied the clean plan into the inflight file
@@ -286,19 +380,6 @@ class Timeline:
             if data:
                 return read_single_record(data, path)
         return None
-
-    def _history_plan(self, instant: Instant) -> dict[str, Any] | None:
-        if self._history is None:
-            return None
-        data = self._history.plan_bytes(instant.requested_time)
-        if not data:
-            return None
-        where = f"{self.state_file(instant)} ({instant.requested_time} plan)"
-        record = read_single_record(data, where)
-        # an archived replacecommit keeps its inflight commit metadata as "plan" when that was not empty
-        if instant.action in (Action.REPLACE_COMMIT, Action.CLUSTERING) and "partitionToWriteStats" in record:
-            return None
-        return record
 
     def plan(self, instant: Instant) -> Plan | None:
         """``read_plan`` decoded into the typed plan of ``hoodie.timeline.plans``."""
@@ -316,9 +397,8 @@ class Timeline:
         if names is not None and State.COMPLETED in names:
             path = f"{self.config.timeline_path}/{names[State.COMPLETED]}"
             return decode_metadata(self.storage.read(path), path)
-        if self._history is not None and self._history.get(instant.requested_time) is not None:
-            where = f"{self.state_file(instant)} ({instant.requested_time} metadata)"
-            return decode_metadata(self._history.metadata_bytes(instant.requested_time) or b"", where)
+        if self._history is not None and self._history.file_of(instant) is not None:
+            return self._history.commit_metadata(instant)
         raise LookupError(f"{instant}: no completed file on the timeline")
 
     # ---------------------------------------------------------------- derived views

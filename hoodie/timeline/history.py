@@ -2,7 +2,7 @@
 
 Hudi 1.x archives completed instants that leave the active timeline into parquet files of
 ``HoodieLSMTimelineInstant`` rows, organised as an LSM tree and versioned by manifests.
-This module reads it; it never writes it (the Java archiver owns it).
+This module reads it; ``hoodie.timeline.archive_writer`` writes it (as Hudi's archiver does).
 
 Layout and grammar (``LSMTimeline``, ``LSMTimelineWriter``, ``HoodieLSMTimelineManifest``)::
 
@@ -168,9 +168,7 @@ class History:
     def load(cls, storage: Storage, config: TableConfig) -> History:
         """Read the latest snapshot; empty when the table has no history yet."""
         path = config.history_path
-        if config.timeline_layout < 2:
-            if any(not i.is_dir for i in storage.walk(path)):
-                log.warning("%s: layout-1 archived timeline is not read (only layout-2 LSM history)", path)
+        if config.timeline_layout < 2:  # layout 1 archives into log files: ``archived_v6`` reads them
             return cls(storage, path, [])
         version = latest_version(storage, path)
         if version < 0:

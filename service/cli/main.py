@@ -140,7 +140,9 @@ def _open(table: str, *, include_history: bool = False) -> Any:
 @cli.command(short_help="List the instants of a table, with plans of pending services.")
 @click.argument("table")
 @json_option
-@click.option("--history", is_flag=True, help="Also list completed instants from the LSM history.")
+@click.option("--history", is_flag=True,
+              help="Also list the archived completed instants (the LSM history; .hoodie/archived on "
+                   "table version 6), marked archived.")
 def timeline(table: str, as_json: bool, history: bool) -> None:
     """List every instant of TABLE: requested and completion time, action, state and,
     for pending table services, a summary of the plan."""
@@ -152,9 +154,10 @@ def timeline(table: str, as_json: bool, history: bool) -> None:
         return
     click.echo(f"{'requested':<18} {'completed':<18} {'action':<14} {'state':<10} plan")
     for r in rows:
+        note = r.get("plan") or ("archived" if r["archived"] else "")
         click.echo(
             f"{r['requested_time']:<18} {r['completion_time'] or '-':<18} {r['action']:<14} "
-            f"{r['state']:<10} {r.get('plan') or ''}".rstrip()
+            f"{r['state']:<10} {note}".rstrip()
         )
 
 

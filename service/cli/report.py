@@ -63,6 +63,7 @@ def timeline_rows(table: HoodieTable) -> list[dict[str, Any]]:
             "completion_time": instant.completion_time,
             "action": instant.action.value,
             "state": instant.state.value,
+            "archived": timeline.is_archived(instant),
         }
         if instant.is_pending:
             row["plan"] = _plan_summary(timeline, instant)

@@ -583,6 +583,57 @@ def test_v6_archival_keeps_what_hudi_0_15_keeps(tmp_path: Path, table_type: Tabl
     assert again.layer is None and sorted(p.name for p in (root / ARCHIVED).iterdir()) == [result.layer]
 
 
+def _stats(metadata: dict[str, Any]) -> dict[str, list[tuple[Any, ...]]]:
+    return {
+        p: sorted((s["fileId"], s["path"], s["numWrites"], s["fileSizeInBytes"]) for s in stats)
+        for p, stats in (metadata.get("partitionToWriteStats") or {}).items()
+    }
+
+
+def test_v6_history_reads_what_was_archived(tmp_path: Path) -> None:
+    built = new_table(tmp_path / "t", 6, TableType.COPY_ON_WRITE)
+    cleans = []
+    for _ in range(5):
+        write_commits(built, 5)
+        cleans.append(add_clean(built))
+    write_commits(built, 5)
+    storage = built.storage
+    before = Timeline.load(storage, load_table_config(storage))
+    completed = before.completed()
+    metadata = {i.requested_time: before.read_commit_metadata(i) for i in completed}
+    plans = {i.requested_time: before.read_plan(i) for i in completed}
+
+    result = archive(built.root, min_commits=3, max_commits=4, clean_commits_retained=1)
+    archived = {i.requested_time for i in result.plan.instants}
+    # 0.x archives the cleans on their own: 5 > keep.max 4, so the oldest 5 - 3 leave
+    assert set(cleans[:2]) <= archived and not set(cleans[2:]) & archived
+    assert len(archived - set(cleans)) >= 10
+
+    merged = Timeline.load(storage, load_table_config(storage), include_history=True)
+    assert merged.completed() == completed
+    for inst in merged.completed():
+        t = inst.requested_time
+        assert merged.is_archived(inst) == (t in archived), t
+        got = merged.read_commit_metadata(inst)
+        if inst.action is Action.CLEAN:
+            assert got == metadata[t] and merged.read_plan(inst) == plans[t], t
+        else:
+            assert _stats(got) == _stats(metadata[t]) and _stats(got), t
+        if t in archived:
+            assert merged.state_file(inst) == f"{ARCHIVED}/{result.layer}"
+    # without history the archived instants are gone from the timeline
+    active = Timeline.load(storage, load_table_config(storage))
+    assert {i.requested_time for i in active.completed()} == {i.requested_time for i in completed} - archived
+
+    shown = CliRunner().invoke(cli, ["timeline", str(built.root), "--history", "--json"])
+    assert shown.exit_code == 0, shown.output
+    rows = json.loads(shown.output)
+    assert {r["requested_time"] for r in rows if r["archived"]} == archived
+    assert {r["requested_time"] for r in rows} == {i.requested_time for i in completed}
+    text = CliRunner().invoke(cli, ["timeline", str(built.root), "--history"])
+    assert sum(line.endswith(" archived") for line in text.output.splitlines()) == len(archived)
+
+
 def test_v6_each_archival_writes_the_next_file_version(tmp_path: Path) -> None:
     built = new_table(tmp_path / "t", 6, TableType.COPY_ON_WRITE)
     options: dict[str, Any] = {"min_commits": 5, "max_commits": 8, "clean_commits_retained": 1}
