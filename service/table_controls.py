@@ -64,6 +64,7 @@ __all__ = [
     "UnknownTableError",
     "open_store",
     "resolve_table",
+    "same_quarantine",
     "with_retry",
 ]
 
@@ -168,15 +169,19 @@ class ControlStore(Protocol):
     def quarantine(self, table: str, quarantine: Quarantine) -> Quarantine:
         """Quarantine unless it already is; the quarantine in force (the first reason wins)."""
         ...
-    def release(self, table: str) -> Quarantine | None:
-        """Lift the quarantine (and drop a retry claim); the one lifted, if any."""
+    def release(self, table: str, expected: Quarantine | None = None) -> Quarantine | None:
+        """Lift the quarantine (and drop a retry claim); the one lifted, if any. With ``expected`` (a
+        retry that found the cause gone) only while the stored one is that quarantine (``same_quarantine``):
+        one released by a person and set again since is a new cause and stays."""
         ...
     def claim_retry(self, table: str, replica: str, now: float, hold_s: float) -> Quarantine | None:
         """The table's quarantine when its retry is due at ``now`` and this replica is the one to run it
         (no other can claim it for ``hold_s``, or until ``retried``); ``None`` otherwise."""
         ...
     def retried(self, table: str, replica: str, quarantine: Quarantine) -> None:
-        """A claimed retry found the cause still there: store its count and next time, drop the claim."""
+        """A claimed retry found the cause still there: store its count and next time, drop the claim.
+        Stored only while the table still holds the quarantine the retry claimed (``same_quarantine``):
+        a stale retry never overwrites a newer quarantine."""
         ...
     def record(self, table: str, records: Sequence[JobRecord]) -> None:
         """Add jobs to the table's history (oldest first), keeping the newest ``history_size``."""
@@ -189,6 +194,11 @@ class ControlStore(Protocol):
 
 
 # ---------------------------------------------------------------------------- Redis
+
+
+def same_quarantine(a: Quarantine, b: Quarantine) -> bool:
+    """One quarantine, maybe at another retry: set at the same moment by the same replica."""
+    return a.at == b.at and a.replica == b.replica
 
 
 def _braced(prefix: str, table: str) -> str:
@@ -206,12 +216,32 @@ if tonumber(cjson.decode(q)['next_retry_at']) > tonumber(ARGV[3]) then return fa
 if not redis.call('SET', KEYS[2], ARGV[2], 'NX', 'PX', ARGV[4]) then return false end
 return q
 """
-#: KEYS: quarantines, retry claim; ARGV: table, replica, quarantine. Replace the quarantine only while
-#: there is one (a release in between wins), then drop the claim if it is still this replica's.
-_RETRIED = """
-if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then redis.call('HSET', KEYS[1], ARGV[1], ARGV[3]) end
+#: KEYS: quarantines; ARGV: table, at (epoch s), replica of the quarantine. Whether the stored
+#: quarantine is that one (``same_quarantine``; both times parse the same decimal text to one double).
+_SAME = """
+local function same(table, at, replica)
+  local q = redis.call('HGET', KEYS[1], table)
+  if not q then return false end
+  local cur = cjson.decode(q)
+  return tonumber(cur['at']) == tonumber(at) and cur['replica'] == replica
+end
+"""
+#: KEYS: quarantines, retry claim; ARGV: table, replica, quarantine, its at, its replica. Replace the
+#: quarantine only while it is the one the retry claimed (a release in between, or a release and a new
+#: quarantine, wins), then drop the claim if it is still this replica's.
+_RETRIED = _SAME + """
+if same(ARGV[1], ARGV[4], ARGV[5]) then redis.call('HSET', KEYS[1], ARGV[1], ARGV[3]) end
 if redis.call('GET', KEYS[2]) == ARGV[2] then redis.call('DEL', KEYS[2]) end
 return 1
+"""
+#: KEYS: quarantines, retry claim; ARGV: table, at, replica of the expected quarantine. Lift it (and the
+#: claim) only while it is stored; returns the lifted quarantine.
+_RELEASE_IF = _SAME + """
+if not same(ARGV[1], ARGV[2], ARGV[3]) then return false end
+local q = redis.call('HGET', KEYS[1], ARGV[1])
+redis.call('HDEL', KEYS[1], ARGV[1])
+redis.call('DEL', KEYS[2])
+return q
 """
 
 
@@ -264,7 +294,13 @@ class RedisControlStore:
         raw = self._call(fn)
         return quarantine if raw is None else Quarantine(**json.loads(raw))
 
-    def release(self, table: str) -> Quarantine | None:
+    def release(self, table: str, expected: Quarantine | None = None) -> Quarantine | None:
+        if expected is not None:
+            key = _braced("hoodied:retry", table)
+            raw = self._call(lambda c: c.eval(_RELEASE_IF, 2, QUARANTINES_KEY, key, table,
+                                              repr(expected.at), expected.replica))
+            return None if raw is None else Quarantine(**json.loads(raw))
+
         async def fn(c: Any) -> bytes | None:
             async with c.pipeline(transaction=True) as p:
                 p.hget(QUARANTINES_KEY, table)
@@ -283,7 +319,8 @@ class RedisControlStore:
 
     def retried(self, table: str, replica: str, quarantine: Quarantine) -> None:
         key = _braced("hoodied:retry", table)
-        self._call(lambda c: c.eval(_RETRIED, 2, QUARANTINES_KEY, key, table, replica, _dump(quarantine)))
+        self._call(lambda c: c.eval(_RETRIED, 2, QUARANTINES_KEY, key, table, replica, _dump(quarantine),
+                                    repr(quarantine.at), quarantine.replica))
 
     def record(self, table: str, records: Sequence[JobRecord]) -> None:
         if not records:
@@ -393,9 +430,12 @@ class SqliteControlStore:
             (body,) = db.execute("SELECT body FROM quarantines WHERE tbl = ?", (table,)).fetchone()
         return Quarantine(**json.loads(body))
 
-    def release(self, table: str) -> Quarantine | None:
+    def release(self, table: str, expected: Quarantine | None = None) -> Quarantine | None:
         with self._tx() as db:
             row = db.execute("SELECT body FROM quarantines WHERE tbl = ?", (table,)).fetchone()
+            if row is None or (expected is not None
+                               and not same_quarantine(Quarantine(**json.loads(row[0])), expected)):
+                return None
             db.execute("DELETE FROM quarantines WHERE tbl = ?", (table,))
             db.execute("DELETE FROM retry_claims WHERE tbl = ?", (table,))
         return None if row is None else Quarantine(**json.loads(row[0]))
@@ -415,7 +455,9 @@ class SqliteControlStore:
 
     def retried(self, table: str, replica: str, quarantine: Quarantine) -> None:
         with self._tx() as db:
-            db.execute("UPDATE quarantines SET body = ? WHERE tbl = ?", (_dump(quarantine), table))
+            row = db.execute("SELECT body FROM quarantines WHERE tbl = ?", (table,)).fetchone()
+            if row is not None and same_quarantine(Quarantine(**json.loads(row[0])), quarantine):
+                db.execute("UPDATE quarantines SET body = ? WHERE tbl = ?", (_dump(quarantine), table))
             db.execute("DELETE FROM retry_claims WHERE tbl = ? AND replica = ?", (table, replica))
 
     def record(self, table: str, records: Sequence[JobRecord]) -> None:

@@ -636,7 +636,7 @@ class Daemon:
             seconds = round(time.monotonic() - started, 3)
             if cause is None:
                 outcome, message = "released", "the cause is gone: quarantine released"
-                self._outbox.append(functools.partial(_release, uri=ts.uri))
+                self._outbox.append(functools.partial(_release, uri=ts.uri, expected=q))
                 self._lift(ts, "a retry found the cause gone")
                 ts.released_by_retry = (q.retries + 1, time.time())
             else:
@@ -836,8 +836,8 @@ def _record(store: ControlStore, *, uri: str, record: JobRecord) -> None:
     store.record(uri, [record])
 
 
-def _release(store: ControlStore, *, uri: str) -> None:
-    store.release(uri)
+def _release(store: ControlStore, *, uri: str, expected: Quarantine | None = None) -> None:
+    store.release(uri, expected)
 
 
 def _retried(store: ControlStore, *, uri: str, replica: str, q: Quarantine) -> None:

@@ -107,6 +107,27 @@ def test_a_due_retry_is_claimed_by_exactly_one_replica(store: ControlStore) -> N
     assert store.claim_retry("/t/a", "r3", 250.0, 60) == q
 
 
+def test_a_stale_retry_never_touches_a_newer_quarantine(store: ControlStore) -> None:
+    old = Quarantine("plan failed", 100.0, "r1", "20240101000000000", next_retry_at=200.0)
+    store.quarantine("/t/a", old)
+    assert store.claim_retry("/t/a", "r2", 250.0, 60) == old
+    # while r2 retries, a person releases the table and r3 quarantines it for a new cause
+    assert store.release("/t/a") == old
+    new = Quarantine("corrupt plan", 260.0, "r3", "20240102000000000", next_retry_at=560.0)
+    store.quarantine("/t/a", new)
+    # r2's retry ends late: neither its count nor its release reaches the new quarantine
+    store.retried("/t/a", "r2", with_retry(old, error="still pending", next_at=900.0))
+    assert store.read_all().of("/t/a").quarantine == new
+    assert store.release("/t/a", expected=old) is None
+    assert store.read_all().of("/t/a").quarantine == new
+    # the claimed quarantine itself, at any retry count, is the one a retry releases
+    again = with_retry(new, error="x", next_at=600.0)
+    store.retried("/t/a", "r3", again)
+    assert store.read_all().of("/t/a").quarantine == again
+    assert store.release("/t/a", expected=new) == again
+    assert store.read_all().of("/t/a").quarantine is None
+
+
 def test_tables_resolve_to_the_names_the_daemon_uses(tmp_path: Path) -> None:
     listed, lake = tmp_path / "t1", tmp_path / "lake"
     settings = load_config(overrides={"tables": [str(listed)], "discover": [str(lake)]})
