@@ -14,9 +14,9 @@ Environment names: ``HOODIED_`` + the field path joined with ``__``, case-insens
 (``HOODIED_TABLES='["/data/t1"]'``), or the shorthands below (``HOODIED_LOCK=redis://...``).
 A ``HOODIED_*`` name that is not a setting is ignored by ``hoodied run`` with a warning in its
 start-up log, and is a problem for ``hoodied config check``, both naming the closest setting
-(``unknown_environment``); hoodied's test hooks (``HOODIED_TEST_*``) and the service links Kubernetes
-adds for a Service named ``hoodied...`` (``HOODIED_SERVICE_HOST``, ``HOODIED_PORT_9464_TCP``...) are
-not reported.
+(``unknown_environment``); hoodied's test hooks (``HOODIED_TEST_*``), the test suite's folders
+(``HOODIED_FIXTURES``, ``HOODIED_REFERENCE``) and the service links Kubernetes adds for a Service
+named ``hoodied...`` (``HOODIED_SERVICE_HOST``, ``HOODIED_PORT_9464_TCP``...) are not reported.
 
 Policies: ``defaults`` is the policy of every table; a table listed under ``tables`` or found
 under a ``discover`` root may carry a partial ``policy`` that is merged over ``defaults``
@@ -953,10 +953,11 @@ def environment_values() -> dict[str, Any]:
 # ---------------------------------------------------------------------------- the environment
 
 #: ``HOODIED_*`` names that are not settings and are never reported: hoodied's test hooks
-#: (``hoodie.crashpoints``) and the service links Kubernetes adds for a Service whose name starts with
-#: ``hoodied`` (``HOODIED_SERVICE_HOST``, ``HOODIED_PORT_9464_TCP_ADDR``...).
+#: (``hoodie.crashpoints``), the test suite's folders of Hudi tables and Hudi's reference schemas
+#: (``HOODIED_FIXTURES``, ``HOODIED_REFERENCE``) and the service links Kubernetes adds for a Service
+#: whose name starts with ``hoodied`` (``HOODIED_SERVICE_HOST``, ``HOODIED_PORT_9464_TCP_ADDR``...).
 _NOT_SETTINGS = re.compile(
-    r"HOODIED_TEST_.*|HOODIED(_[A-Z0-9]+)*_"
+    r"HOODIED_TEST_.*|HOODIED_FIXTURES|HOODIED_REFERENCE|HOODIED(_[A-Z0-9]+)*_"
     r"(SERVICE_HOST|SERVICE_PORT(_[A-Z0-9]+)*|PORT(_[0-9]+_(TCP|UDP|SCTP)(_(PROTO|PORT|ADDR))?)?)"
 )
 

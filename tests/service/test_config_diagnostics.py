@@ -96,8 +96,10 @@ def test_an_unknown_hoodied_variable_is_named_with_the_closest_setting(
     settings.write_text("tables: [/data/a]\n")
     monkeypatch.setenv("HOODIED_POLL_INTERVL_SECONDS", "5")
     monkeypatch.setenv("HOODIED_CONCURRENCY__WORKRS", "2")
-    # not settings, and not reported: a test hook, the service links Kubernetes adds for a Service "hoodied"
-    for name in ("HOODIED_TEST_PAUSE_AT", "HOODIED_SERVICE_HOST", "HOODIED_SERVICE_PORT_METRICS",
+    # not settings, and not reported: a test hook, the test suite's folders, the service links Kubernetes
+    # adds for a Service "hoodied"
+    for name in ("HOODIED_TEST_PAUSE_AT", "HOODIED_FIXTURES", "HOODIED_REFERENCE",
+                 "HOODIED_SERVICE_HOST", "HOODIED_SERVICE_PORT_METRICS",
                  "HOODIED_PORT", "HOODIED_PORT_9464_TCP_ADDR", "HOODIED_SPARK_CONNECT_SERVICE_PORT"):
         monkeypatch.setenv(name, "10.0.0.1")
     # settings: a key of an open mapping, and a shorthand

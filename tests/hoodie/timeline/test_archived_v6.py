@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import re
 import struct
 from pathlib import Path
@@ -39,11 +38,8 @@ from hoodied.hoodie.timeline.archived_v6 import (
     write_archive_file,
 )
 from hoodied.hoodie.timeline.instant import Action, Instant, State
-from tests.helpers.fixtures import PROJECT
+from tests.helpers.hudi_schemas import REFERENCE
 
-REFERENCE = Path(
-    os.environ.get("HOODIED_AVRO_REFERENCE", PROJECT.parent / "shared" / "reference" / "hudi-avro")
-)
 FIXTURES = [
     "cow/v6_simplekeygen_nonhivestyle_overwritetable",
     "mor/parquet/v6_nonpartitioned_rollback",
@@ -58,7 +54,7 @@ FIXTURES = [
 def hudi_entry_schema() -> Any:
     """Hudi's own ``HoodieArchivedMetaEntry`` (the .avsc files, comments stripped, parsed together)."""
     if not (REFERENCE / "HoodieArchivedMetaEntry.avsc").exists():
-        pytest.skip(f"Hudi's Avro schemas not found under {REFERENCE} (set HOODIED_AVRO_REFERENCE)")
+        pytest.skip(f"Hudi's Avro schemas not found under {REFERENCE} (set HOODIED_REFERENCE)")
     texts = {}
     for f in sorted(REFERENCE.glob("*.avsc")):
         text = re.sub(r"/\*.*?\*/", "", f.read_text(), flags=re.S)
