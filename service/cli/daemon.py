@@ -236,7 +236,7 @@ def render_status(doc: dict[str, Any], now: float | None = None) -> str:
     ]
     said: dict[str, list[str]] = {}
     for t in doc["tables"]:
-        lines.extend(_table_lines(t, now, said.setdefault(t["path"], [])))
+        lines.extend(_table_lines(t, now, said.setdefault(t["path"], []), doc["lock"], doc["replica"]))
     errors: Counter[tuple[str, str]] = Counter()
     newest: dict[tuple[str, str], float] = {}
     for e in doc["recent_errors"]:
@@ -252,16 +252,28 @@ def render_status(doc: dict[str, Any], now: float | None = None) -> str:
     return "\n".join(lines)
 
 
-def _table_lines(t: dict[str, Any], now: float, said: list[str]) -> list[str]:
-    """One table's lines; ``said`` collects the reasons and messages printed, for the error list."""
+def _table_lines(t: dict[str, Any], now: float, said: list[str], lock: str, replica: str) -> list[str]:
+    """One table's lines; ``said`` collects the reasons and messages printed, for the error list.
+    ``lock`` and ``replica``: the daemon's, so a table's own lock and other replicas' jobs stand out."""
     head = f"{t['path']}"
     if t["name"]:
         head += f"  ({t['name']}, {t['type']}, v{t['version']})"
     if t["paused"]:
         head += "  PAUSED"
+        pause = t.get("pause")
+        if pause:
+            when = f" {_ago(pause['at'], now)}" if pause.get("at") else ""
+            why = f": {pause['reason']}" if pause.get("reason") else ""
+            head += f" by {pause['by']}{when}{why}"
     lines = [head]
+    if t.get("lock") and t["lock"] != lock:
+        lines.append(f"  lock: {t['lock']}")
     if t["quarantined"]:
-        lines.append(f"  QUARANTINED: {t['quarantined']}")
+        q = t.get("quarantine") or {}
+        retry = ""
+        if q.get("next_retry_at"):
+            retry = f" (retried {q['retries']} times; next retry in {format_age(q['next_retry_at'] - now)})"
+        lines.append(f"  QUARANTINED: {t['quarantined']}{retry}")
         said.append(t["quarantined"])
     if t["running"]:
         r = t["running"]
@@ -289,6 +301,12 @@ def _table_lines(t: dict[str, Any], now: float, said: list[str]) -> list[str]:
         lines.append(f"  {_ago(newest[key], now)}: {what}: {outcome}: {message}{_times(n)}")
         said.append(message)
         shown += 1
+    # the shared history: the newest job another replica ran (this replica's are the outcomes above)
+    other = next((h for h in t.get("history") or [] if h["replica"] != replica), None)
+    if other is not None:
+        what = f"{other['action']} {other['instant']}" if other["instant"] else f"{other['action']} plan"
+        lines.append(f"  {_ago(other['finished_at'], now)}: {what}: {other['outcome']} on {other['replica']}"
+                     f" ({format_age(other['seconds'])})")
     return lines
 
 

@@ -83,18 +83,28 @@ def test_status_text_has_human_ages_and_each_reason_once() -> None:
         "stop_reason": None, "last_poll": {"ended_at": now - 3}, "tables_watched": 2, "tables_quarantined": 1,
         "tables": [
             {"path": "/lake/a", "name": "a", "type": "COPY_ON_WRITE", "version": 9, "paused": False,
-             "quarantined": reason, "running": None, "pending": [
+             "quarantined": reason, "lock": "local",
+             "quarantine": {"retries": 2, "next_retry_at": now + 1200},
+             "running": None, "pending": [
                  {"instant": "20250101000000000", "action": "clean", "state": "requested",
                   "age_seconds": 29_344_387.0, "status": "quarantined", "note": None}],
              "planning": {},
              "last_outcomes": [{"at": now - 60 * i, "action": "clean", "instant": "20250101000000000",
                                 "outcome": "failed", "message": failure} for i in range(3)]},
-            {"path": "/lake/b", "name": "b", "type": "MERGE_ON_READ", "version": 9, "paused": False,
-             "quarantined": None, "running": {"kind": "execute", "action": "compaction",
-                                              "instant": "20250102000000000", "seconds": 200.0},
+            {"path": "/lake/b", "name": "b", "type": "MERGE_ON_READ", "version": 9, "paused": True,
+             "pause": {"by": "alice", "at": now - 7200, "reason": "backfill"},
+             "lock": "ZookeeperBasedLockProvider zk:2181/hudi/b", "quarantined": None,
+             "running": {"kind": "execute", "action": "compaction", "instant": "20250102000000000",
+                         "seconds": 200.0},
              "pending": [], "planning": {"clean": "nothing to clean: 2 commits retained"},
              "last_outcomes": [{"at": now - 5, "action": "clean", "instant": None, "outcome": "nothing_due",
-                                "message": "nothing to clean: 2 commits retained"}]},
+                                "message": "nothing to clean: 2 commits retained"}],
+             "history": [
+                 {"kind": "execute", "action": "clean", "instant": None, "outcome": "nothing_due",
+                  "seconds": 0.2, "message": "", "replica": "host:1", "finished_at": now - 5},
+                 {"kind": "execute", "action": "compaction", "instant": "20250101000000001",
+                  "outcome": "success", "seconds": 75.0, "message": "", "replica": "host:2",
+                  "finished_at": now - 600}]},
         ],
         "recent_errors": [
             {"at": now - 1, "table": "/lake/a", "error": f"quarantined: {reason}"},
@@ -109,6 +119,12 @@ def test_status_text_has_human_ages_and_each_reason_once() -> None:
     assert text.count("poll failed: timeout") == 1 and "poll failed: timeout (4 times)" in text
     assert " s old" not in text.replace("(339 d old)", "")
     assert text.count("nothing to clean: 2 commits retained") == 1, text  # the plan note says it
+    # who paused a table and why, its own lock when not the daemon's, a quarantine's retries, and the
+    # newest job another replica ran
+    assert "/lake/b  (b, MERGE_ON_READ, v9)  PAUSED by alice 2 h ago: backfill" in text
+    assert "  lock: ZookeeperBasedLockProvider zk:2181/hudi/b" in text and text.count("lock: ") == 1
+    assert f"QUARANTINED: {reason} (retried 2 times; next retry in 20 min)" in text
+    assert "10 min ago: compaction 20250101000000001: success on host:2 (1 min 15 s)" in text
 
 
 # -- --json and exit codes ----------------------------------------------------------------
