@@ -27,20 +27,23 @@ does on storage without append (``hoodie.timeline.archived_v6``): under the lock
 ``.hoodie/archived/.commits_.archive.<N+1>_1-0-1`` log file holding a ``HoodieArchivedMetaEntry``
 for every timeline file of the archived instants is written once (the commit point), left-over
 markers are deleted, then the active files in the same order as above. An instant counts as
-archived when the newest archive file holds a completed record of it (same requested time and
-action family); a re-run first deletes the files of such instants still on the active timeline, and
-the planner never sees them again, so nothing is archived twice (``HoodieArchivedTimeline``
-would list a duplicate record twice). Merging small archive files (``hoodie.archive.merge.enable``,
+archived when the newest archive file holds a completed record of it (same requested time, trimmed
+to 17 digits as hoodied parses a 0.x MDT's ``<T>001``, and action family); a re-run first
+deletes the files of such instants still on the active timeline, and the planner never sees them
+again, so nothing is archived twice (``HoodieArchivedTimeline`` would list a duplicate record
+twice). Merging small archive files (``hoodie.archive.merge.enable``,
 default off) is not done. Crash points: ``PAUSE_POINTS`` (layout 2), ``PAUSE_POINTS_V6``.
 
-The metadata table's own timeline (``MdtArchival``, layout 2 only) is archived right after the
-data table's, in the same lock hold, exactly as above but on ``.hoodie/metadata`` (its history in
-``.hoodie/metadata/.hoodie/timeline/history``): Hudi's MDT writer archives it in
+The metadata table's own timeline (``MdtArchival``) is archived right after the data table's,
+in the same lock hold, exactly as above but on ``.hoodie/metadata`` (its history in
+``.hoodie/metadata/.hoodie/timeline/history``; on table version 6 a new
+``.hoodie/metadata/.hoodie/archived/.commits_.archive.<N+1>_1-0-1``): Hudi's MDT writer archives it in
 ``performTableServices``, after the data table's archival of the previous commit. Its planner
 (``planners.archival.mdt_archival_planner``) is given the data instants this run archived, so a
 dry run plans the MDT as the real run would. Its own leftovers are finished the same way; a crash
 between the two steps leaves a consistent data table, and the next run has nothing to do there
-and archives the MDT. Crash points: ``PAUSE_POINTS_MDT`` (``PAUSE_POINTS`` prefixed ``mdt-``).
+and archives the MDT. Crash points: ``PAUSE_POINTS_MDT`` (``PAUSE_POINTS`` prefixed ``mdt-``),
+``PAUSE_POINTS_MDT_V6`` (``PAUSE_POINTS_V6`` prefixed ``mdt-``).
 """
 
 from __future__ import annotations
@@ -70,11 +73,12 @@ from hoodied.hoodie.timeline.archived_v6 import (
     write_archive_file,
 )
 from hoodied.hoodie.timeline.history import History
-from hoodied.hoodie.timeline.instant import COMPLETED_ACTION, Instant, State
+from hoodied.hoodie.timeline.instant import COMPLETED_ACTION, Instant, State, normalize_time
 
 __all__ = [
     "PAUSE_POINTS",
     "PAUSE_POINTS_MDT",
+    "PAUSE_POINTS_MDT_V6",
     "PAUSE_POINTS_V6",
     "ArchivalDecision",
     "ArchivalResult",
@@ -116,6 +120,8 @@ PAUSE_POINTS_V6 = (
     "archive-completed-half",
     "archive-active-deleted",
 )
+#: The crash points of a version-6 metadata table's archival (after the data table's), in order.
+PAUSE_POINTS_MDT_V6 = tuple(f"mdt-{p}" for p in PAUSE_POINTS_V6)
 
 
 @dataclass(slots=True)
@@ -155,7 +161,7 @@ class ArchivalResult(Generic[P]):
 
 @dataclass(frozen=True, slots=True)
 class MdtArchival(Generic[P]):
-    """The metadata table whose timeline is archived after the data table's (layout 2)."""
+    """The metadata table whose timeline is archived after the data table's."""
 
     storage: Storage
     """The MDT's storage (``.hoodie/metadata``)."""
@@ -164,6 +170,8 @@ class MdtArchival(Generic[P]):
     """``planners.archival.mdt_archival_planner``: the MDT timeline and the data instants archived."""
     compaction_batch_size: int = DEFAULT_COMPACTION_BATCH
     """``hoodie.timeline.compaction.batch.size`` of the MDT writer (never set by Hudi: 10)."""
+    archival_batch_size: int = DEFAULT_ARCHIVAL_BATCH
+    """``hoodie.commits.archival.batch.size`` of a version-6 MDT writer (never set by Hudi: 10)."""
 
 
 def _row(storage: Storage, timeline: Timeline, inst: Instant) -> LsmRow:
@@ -228,14 +236,17 @@ def execute_archival(
     ``planner`` is ``planners.archival.archival_planner(settings)`` (the service layer joins
     them); ``compaction_batch_size`` is ``hoodie.timeline.compaction.batch.size`` (LSM history),
     ``archival_batch_size`` ``hoodie.commits.archival.batch.size`` (version-6 archive blocks).
-    ``mdt``: the metadata table archived next, in the same lock hold (layout 2 only; the result's
-    ``mdt``). Raises ``ArchivalUnsupportedError`` for a layout-2 table below version 8, before
-    anything is read.
+    ``mdt``: the metadata table archived next, in the same lock hold (the result's ``mdt``).
+    Raises ``ArchivalUnsupportedError`` for a layout-2 table below version 8, before anything is
+    read, and ``ValueError`` for a metadata table whose timeline layout is not the data table's.
     """
     if config.timeline_layout < 2:
-        if mdt is not None:
-            raise ValueError("archiving the metadata table of a table version 6 is not supported")
-        return _execute_v6(storage, config, lock, planner, archival_batch_size, dry_run)
+        if mdt is not None and mdt.config.timeline_layout >= 2:
+            raise ValueError(
+                f"{mdt.storage.base_uri}: timeline layout {mdt.config.timeline_layout}, the data table's is "
+                f"{config.timeline_layout}"
+            )
+        return _execute_v6(storage, config, lock, planner, archival_batch_size, dry_run, mdt)
     require_lsm_history(config, storage.base_uri)
     if mdt is not None:
         require_lsm_history(mdt.config, mdt.storage.base_uri)
@@ -322,32 +333,63 @@ def _execute_v6(
     planner: Callable[[Timeline], P],
     batch_size: int,
     dry_run: bool,
+    mdt: MdtArchival[P] | None,
 ) -> ArchivalResult[P]:
-    """Version 6: one new ``.commits_.archive`` file, then the active files (module docstring)."""
-    if batch_size < 1:
+    """Version 6: the data table, then its metadata table, in one hold of ``lock``."""
+    if batch_size < 1 or (mdt is not None and mdt.archival_batch_size < 1):
         raise ValueError("hoodie.commits.archival.batch.size must be at least 1")
     with lock:
-        timeline = Timeline.load(storage, config)
-        # an interrupted run's instants are all in the newest archive file: each run writes one
-        # file, and the next run deletes the leftovers before it writes another (so the whole
-        # archive, which may be large, is never read here)
-        archived = ArchivedTimelineV6.load(storage, config, latest_only=True)
-        leftovers = [i for i in timeline.completed() if archived.holds(i)]
-        result = ArchivalResult(planner(timeline), dry_run)
-        if dry_run:
-            result.recovered = [i.requested_time for i in leftovers]
-            return result
-        timeline = _delete_leftovers(storage, config, lock, planner, timeline, leftovers, result)
-        plan = result.plan
-        if plan.instants:
-            records = meta_entries(storage, config, plan.instants, timeline.state_files)
-            result.layer = write_archive_file(
-                storage, config.history_path, records, batch_size=batch_size, check=lock.ensure_held
+        result, leftovers = _archive_v6(storage, config, lock, planner, batch_size, dry_run, "")
+        if mdt is not None:
+            # in a dry run the data table's leftovers are still active; the real run deletes them first
+            gone = [*result.plan.instants, *leftovers]
+
+            def mdt_planner(timeline: Timeline) -> P:
+                return mdt.planner(timeline, gone)
+
+            result.mdt, _ = _archive_v6(
+                mdt.storage, mdt.config, lock, mdt_planner, mdt.archival_batch_size, dry_run, "mdt-"
             )
-            crash_point("archive-log-written")
-            for inst in plan.instants:
-                _delete_markers(storage, lock, inst.requested_time)
-            result.deleted += _delete_files(storage, lock, timeline, plan.instants)
-            crash_point("archive-active-deleted")
-    log.info("%s: %s", storage.base_uri, result.summary())
     return result
+
+
+def _archive_v6(
+    storage: Storage,
+    config: TableConfig,
+    lock: TableLock,
+    planner: Callable[[Timeline], P],
+    batch_size: int,
+    dry_run: bool,
+    prefix: str,
+) -> tuple[ArchivalResult[P], list[Instant]]:
+    """One table's version-6 archival: one new ``.commits_.archive`` file, then the active files
+    (module docstring); ``lock`` is held. Also returns the leftovers of an interrupted run found."""
+    timeline = Timeline.load(storage, config)
+    # an interrupted run's instants are all in the newest archive file: each run writes one
+    # file, and the next run deletes the leftovers before it writes another (so the whole
+    # archive, which may be large, is never read here)
+    archived = ArchivedTimelineV6.load(storage, config, latest_only=True)
+    # keyed by the parsed (17-digit) time: a 0.x MDT's suffixed instants (``<T>001``) are archived
+    # under their full name (``file_instant_time``) but parse trimmed on the active timeline
+    done = {
+        (normalize_time(r.requested_time), r.family) for r in archived.records if r.state is State.COMPLETED
+    }
+    leftovers = [i for i in timeline.completed() if (i.requested_time, i.file_action.value) in done]
+    result = ArchivalResult(planner(timeline), dry_run)
+    if dry_run:
+        result.recovered = [i.requested_time for i in leftovers]
+        return result, leftovers
+    timeline = _delete_leftovers(storage, config, lock, planner, timeline, leftovers, result, prefix)
+    plan = result.plan
+    if plan.instants:
+        records = meta_entries(storage, config, plan.instants, timeline.state_files)
+        result.layer = write_archive_file(
+            storage, config.history_path, records, batch_size=batch_size, check=lock.ensure_held
+        )
+        crash_point(prefix + "archive-log-written")
+        for inst in plan.instants:
+            _delete_markers(storage, lock, inst.requested_time)
+        result.deleted += _delete_files(storage, lock, timeline, plan.instants, prefix)
+        crash_point(prefix + "archive-active-deleted")
+    log.info("%s: %s", storage.base_uri, result.summary())
+    return result, leftovers

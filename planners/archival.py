@@ -85,7 +85,54 @@ MDT clean and compaction), which a data-table writer calls when it sets up its M
 its next instant, i.e. after the data table's own archival of the previous commit
 (``autoArchiveOnCommit`` in its post-commit). hoodied keeps that order: data table first, then
 its MDT, in one hold of the table lock, the MDT planned against the data timeline the first
-step left. Table version 6's MDT archive (``.hoodie/metadata/.hoodie/archived``) is not written.
+step left.
+
+The metadata table of table version 6 (``.hoodie/metadata/.hoodie``, archive in
+``.hoodie/metadata/.hoodie/archived``) is archived as Hudi 0.15's MDT write client does
+(``plan_mdt_archival_v6``, settings ``mdt_archival_settings_v6``): the same 0.x
+``HoodieTimelineArchiver`` as the data table of version 6 above (cleans and rollbacks on their
+own, per action; commits by min/max and the boundaries), with the MDT writer config of 0.x's
+``HoodieMetadataWriteUtils.createMetadataWriteConfig``:
+
+- ``archiveCommitsWith(hoodie.keep.min.commits, hoodie.keep.max.commits)`` of the data table's
+  writer, unchanged (HUDI-5934 removed the ``hoodie.metadata.keep.min/max.commits`` keys before
+  0.14.0; 1.x's "+ 1" is not in 0.x), auto archive off;
+- MDT cleaner ``KEEP_LATEST_COMMITS`` whatever the data table's policy, retaining
+  min(data ``hoodie.cleaner.commits.retained``, 20 = ``DEFAULT_METADATA_CLEANER_COMMITS_RETAINED``)
+  commits (HUDI-6256); ``ArchivalUtils.getMinAndMaxInstantsToKeep`` raises min/max with it as
+  for any table. 1.x's derivation from the data table's policy x 1.2 (HUDI-7402) was never taken
+  into the 0.x branch (its ``HoodieMetadataWriteUtils`` still has the ``Math.min`` rule);
+- compaction: MOR, trigger NUM_COMMITS (the MDT config sets no strategy) with
+  ``hoodie.metadata.compact.max.delta.commits`` (10); the 0.x rule of the data table above
+  (delta commits after the latest ``commit`` or ``replacecommit``);
+- ``hoodie.archive.beyond.savepoint`` not set (false); the MDT has no savepoints of its own, and
+  its ``hoodie.properties`` lists no metadata partitions, so the MDT-compaction rule for data
+  tables (``isMetadataTableAvailable``) does not apply; ``hoodie.commits.archival.batch.size``
+  not set (10);
+- ``table.isMetadataTable()``: every instant to archive, cleans and rollbacks too, must have
+  been requested before ``TimelineUtils.getEarliestInstantForMetadataArchival`` of the data
+  table's active timeline (beyond savepoint off): the earlier of the first instant of its
+  commits timeline (0.x ``getCommitsTimeline``: commit, deltacommit, replacecommit in any state;
+  a completed compaction is a ``commit``) and its first requested or inflight instant of any
+  action (``DATA_TABLE_TIMELINE``). A comparison of instant-time strings, as Hudi's
+  ``compareTimestamps``: MDT compactions (``<T>001``) and cleans (``<T>002``) of data instant T
+  sort after T and stay with it. A data-table savepoint holds the data table's archival, hence
+  this boundary, hence the MDT's.
+
+hoodied's timeline parser trims those suffixed times to 17 digits (``<T>001`` reads as T); against
+17-digit data-table times every comparison above comes out as on the full string, and the
+archived records and ``mdt_state`` take the full time from the file name
+(``hoodie.timeline.archived_v6.file_instant_time``), as Hudi 0.x keeps it.
+
+Hudi 0.15 runs it at the end of ``HoodieBackedTableMetadataWriter.performTableServices``
+(pending MDT table services, then, once a completed MDT delta commit exists, clean, compaction,
+``writeClient.archive()``), which 0.x too calls when a regular data-table writer sets up its MDT
+writer, after its own archival of the previous commit; hoodied keeps the order of version 8/9.
+Hudi 0.14.x has the same MDT keep/clean settings (HUDI-5934 and HUDI-6256 predate 0.14.0) and
+the same ``isMetadataTable`` boundary, but an older ``HoodieTimelineArchiver``: min/max are not
+raised by the cleaner, commits stop at the first pending compaction or replacecommit (and, with
+the LAZY failed-writes policy, at the first inflight commit or delta commit) instead of at the
+last commit before the first pending write; hoodied follows 0.15, as for data tables.
 """
 
 from __future__ import annotations
@@ -104,6 +151,7 @@ from hoodied.hoodie.properties import TableConfig, load_table_config
 from hoodied.hoodie.storage import Storage
 from hoodied.hoodie.timeline.active import Timeline
 from hoodied.hoodie.timeline.archive_writer import ArchivalUnsupportedError, require_lsm_history
+from hoodied.hoodie.timeline.archived_v6 import file_instant_time
 from hoodied.hoodie.timeline.instant import (
     WRITE_ACTIONS,
     Action,
@@ -128,10 +176,12 @@ __all__ = [
     "data_table_boundary",
     "mdt_archival_planner",
     "mdt_archival_settings",
+    "mdt_archival_settings_v6",
     "mdt_archival_target",
     "mdt_state",
     "plan_archival",
     "plan_mdt_archival",
+    "plan_mdt_archival_v6",
 ]
 
 
@@ -671,7 +721,10 @@ def mdt_state(storage: Storage, config: TableConfig) -> MdtState | None:
     mdt_storage = storage.child(METADATA_FOLDER)
     timeline = Timeline.load(mdt_storage, load_table_config(mdt_storage, metadata_table=True))
     latest = latest_mdt_compaction(timeline)
-    return MdtState(latest.requested_time if latest is not None else None)
+    if latest is None:
+        return MdtState(None)
+    # the time the file names (a 0.x MDT's compaction is ``<T>001``, which Hudi compares whole)
+    return MdtState(file_instant_time(timeline.state_files(latest)[State.COMPLETED]))
 
 
 def archival_due(timeline: Timeline, max_commits: int) -> str | None:
@@ -721,6 +774,25 @@ def mdt_archival_settings(data: ArchivalSettings, data_config: TableConfig) -> A
     )
 
 
+#: ``HoodieMetadataConfig.DEFAULT_METADATA_CLEANER_COMMITS_RETAINED``: 0.x's cap on the MDT cleaner.
+_MDT_CLEANER_COMMITS_V6 = 20
+
+
+def mdt_archival_settings_v6(data: ArchivalSettings, data_config: TableConfig) -> ArchivalSettings:
+    """The MDT archiver's settings for table version 6 (0.x ``createMetadataWriteConfig``, module
+    docstring): the data table's keep.min/max, cleaner KEEP_LATEST_COMMITS retaining at most 20."""
+    return ArchivalSettings(
+        min_commits=data.min_commits,
+        max_commits=data.max_commits,
+        beyond_savepoint=False,
+        clean_policy=CleanPolicy.KEEP_LATEST_COMMITS,
+        clean_commits_retained=min(data.clean_commits_retained, _MDT_CLEANER_COMMITS_V6),
+        compaction_trigger=TriggerStrategy.NUM_COMMITS,
+        compaction_max_delta_commits=max_delta_commits(data_config),
+        metadata_enabled=False,
+    )
+
+
 def data_table_boundary(data: Sequence[Instant]) -> Boundary | None:
     """``TimelineUtils.getEarliestInstantForMetadataArchival`` (archive beyond savepoint off) on the
     data table's active instants ``data``."""
@@ -747,17 +819,45 @@ def plan_mdt_archival(
     return plan_archival(mdt_timeline, mdt_config, settings, None, extra=(boundary,) if boundary else ())
 
 
+def plan_mdt_archival_v6(
+    mdt_timeline: Timeline, mdt_config: TableConfig, settings: ArchivalSettings, data: Sequence[Instant]
+) -> ArchivalPlan:
+    """The MDT instants to archive on table version 6 (0.15 ``getInstantsToArchive`` with
+    ``isMetadataTable``); ``settings`` from ``mdt_archival_settings_v6``, ``data`` the data table's
+    active instants once its own archival is done.
+
+    The data-table boundary filters every instant the 0.x rules chose, cleans and rollbacks too,
+    by requested time (``compareTimestamps``, a string comparison)."""
+    if mdt_config.timeline_layout >= 2:
+        raise ValueError(f"{mdt_timeline.storage.base_uri}: not a metadata table of table version 6")
+    plan = _plan_v6(mdt_timeline, mdt_config, settings, None)
+    boundary = data_table_boundary(data)
+    if boundary is None or boundary.instant is None:
+        return plan
+    limit = boundary.instant
+    plan.boundaries.append(boundary)
+    if any(c.requested_time >= limit for c in plan.commits):
+        plan.stop = boundary  # it cut the commits short: the binding boundary
+    plan.instants = [i for i in plan.instants if i.requested_time < limit]
+    return plan
+
+
 def mdt_archival_planner(
     settings: ArchivalSettings, data_storage: Storage, data_config: TableConfig
 ) -> Callable[[Timeline, Sequence[Instant]], ArchivalPlan]:
     """The MDT planner ``executors.archival`` calls under the lock after the data table's archival,
     with the data instants that archival took (still on the data timeline in a dry run): it reads
-    the data table's active timeline at that moment, without them."""
-    mdt_settings = mdt_archival_settings(settings, data_config)
+    the data table's active timeline at that moment, without them. Table version 6 plans with
+    0.15's rules (``plan_mdt_archival_v6``), 8 and 9 with 1.x's (``plan_mdt_archival``)."""
+    v6 = data_config.timeline_layout < 2
+    derive = mdt_archival_settings_v6 if v6 else mdt_archival_settings
+    mdt_settings = derive(settings, data_config)
 
     def planner(mdt_timeline: Timeline, data_archived: Sequence[Instant]) -> ArchivalPlan:
         gone = {i.requested_time for i in data_archived}
         data = [i for i in Timeline.load(data_storage, data_config).instants if i.requested_time not in gone]
+        if v6:
+            return plan_mdt_archival_v6(mdt_timeline, mdt_timeline.config, mdt_settings, data)
         return plan_mdt_archival(mdt_timeline, mdt_timeline.config, mdt_settings, data)
 
     return planner
@@ -767,9 +867,8 @@ def mdt_archival_target(
     storage: Storage, config: TableConfig, settings: ArchivalSettings
 ) -> tuple[Storage, TableConfig] | None:
     """The metadata table whose timeline Hudi would archive after the data table's, or ``None``:
-    no MDT in use, ``hoodie.metadata.enable=false`` (no MDT writer runs), or table version 6
-    (its MDT archive is not written by hoodied)."""
-    if not settings.metadata_enabled or config.timeline_layout < 2 or not config.metadata_table_available:
+    no MDT in use or ``hoodie.metadata.enable=false`` (no MDT writer runs)."""
+    if not settings.metadata_enabled or not config.metadata_table_available:
         return None
     if not storage.exists(f"{METADATA_FOLDER}/.hoodie/hoodie.properties"):
         return None

@@ -95,6 +95,7 @@ __all__ = [
     "archive_file_names",
     "archived_meta_schema_json",
     "convert_commit_metadata",
+    "file_instant_time",
     "meta_entries",
     "meta_entry",
     "write_archive_file",
@@ -444,14 +445,23 @@ _ARCHIVABLE = frozenset(a for a, _ in _DETAILS) | {"rollback", "savepoint"}
 
 
 def meta_entry(
-    inst: Instant, state: State, data: bytes, transition_time: str | None, where: str
+    inst: Instant,
+    state: State,
+    data: bytes,
+    transition_time: str | None,
+    where: str,
+    *,
+    commit_time: str | None = None,
 ) -> dict[str, Any]:
-    """The ``HoodieArchivedMetaEntry`` of one timeline file (``createMetaWrapper``)."""
+    """The ``HoodieArchivedMetaEntry`` of one timeline file (``createMetaWrapper``).
+
+    ``commit_time``: the instant time as the file names it, when it differs from the parsed
+    ``inst.requested_time`` (``meta_entries`` passes it; see ``file_instant_time``)."""
     action = _file_action(inst, state)
     if action not in _ARCHIVABLE:
         raise HoodieFormatError(f"{where}: Hudi 0.x does not archive {action} instants")
     entry: dict[str, Any] = {
-        "commitTime": inst.requested_time,
+        "commitTime": commit_time or inst.requested_time,
         "actionType": action,
         "actionState": state.name,
         "stateTransitionTime": transition_time,
@@ -465,6 +475,23 @@ def meta_entry(
         if data or not skip_empty:
             entry[name] = decode(data, where)
     return entry
+
+
+_LEADING_DIGITS = re.compile(r"^(\d+)")
+
+
+def file_instant_time(path: str) -> str:
+    """The instant time a timeline file's name starts with, all its digits.
+
+    0.x metadata tables name their compactions and cleans after a delta commit plus a 3-digit
+    suffix (``HoodieTableMetadataUtil.createCompactionTimestamp``: ``<T>001``, cleans ``<T>002``).
+    Hudi 0.x keeps the 20 digits as the instant's timestamp (``HoodieInstant``; only
+    ``parseDateFromInstantTime`` trims them to 17 to read a date) and archives it under them, while
+    hoodied's timeline parser trims them to 17."""
+    m = _LEADING_DIGITS.match(path.rsplit("/", 1)[-1])
+    if m is None:
+        raise HoodieFormatError(f"{path}: not a timeline file")
+    return m.group(1)
 
 
 def meta_entries(
@@ -489,7 +516,9 @@ def meta_entries(
                 continue
             mtime = mtimes.get(path)
             moment = datetime_to_instant_time(datetime.fromtimestamp(mtime / 1000, tz), tz) if mtime else None
-            records.append(meta_entry(inst, state, storage.read(path), moment, path))
+            records.append(
+                meta_entry(inst, state, storage.read(path), moment, path, commit_time=file_instant_time(path))
+            )
     return records
 
 

@@ -8,12 +8,14 @@ log file as Hudi 0.14 / 0.15 writes it (``executors.archival``), under the table
 ``hoodie.archive.beyond.savepoint`` (false), ``hoodie.timeline.compaction.batch.size`` (10), and the
 cleaner and compaction-trigger keys that bound it; ``hoodie.commits.archival.batch.size`` (10)
 sets the records per block of a version-6 archive file, and ``hoodie.archive.merge.enable=true``
-is refused (merging small archive files is not supported). On a table of version 8 or 9 with a
-metadata table (and ``hoodie.metadata.enable`` not false), the metadata table's own timeline is
-archived right after, under the same lock, with the MDT writer's settings Hudi derives from these
-(``planners.archival.mdt_archival_settings``). ``--dry-run`` prints what would be archived and
-where archival stops and why, for both, writing nothing. ``--json`` prints one document instead,
-and ``--detailed-exit-code`` exits 7 when nothing was (or would be) archived.
+is refused (merging small archive files is not supported). On a table with a metadata table
+(and ``hoodie.metadata.enable`` not false), the metadata table's own timeline is archived right
+after, under the same lock, with the MDT writer's settings Hudi derives from these
+(``planners.archival.mdt_archival_settings``; for table version 6 Hudi 0.15's,
+``mdt_archival_settings_v6``, into ``.hoodie/metadata/.hoodie/archived``). ``--dry-run`` prints
+what would be archived and where archival stops and why, for both, writing nothing. ``--json``
+prints one document instead, and ``--detailed-exit-code`` exits 7 when nothing was (or would be)
+archived.
 """
 
 from __future__ import annotations
