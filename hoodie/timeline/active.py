@@ -183,6 +183,8 @@ class _Group:
     files: dict[State, str] = field(default_factory=dict)
     completed: Instant | None = None
     completed_mtime_ms: int = 0
+    long_time: str | None = None
+    """The time as the file names it when longer than 17 digits (a 0.x metadata table's ``<T>001``)."""
 
 
 class Timeline:
@@ -247,8 +249,18 @@ class Timeline:
                 family = COMPLETED_ACTION.get(inst.action, inst.action)
             key = (inst.requested_time, family)
             group = groups.get(key)
+            long_time = name[:name.index(".")].split("_", 1)[0] if name[17:18].isdigit() else None
             if group is None:
-                group = groups[key] = _Group()
+                group = groups[key] = _Group(long_time=long_time)
+            elif group.long_time != long_time:
+                # two instants once their times are cut to 17 digits (a 0.x metadata table's log
+                # compaction <T>005 beside its delta commit T): one of them would be lost
+                other = next(iter(group.files.values()))
+                raise HoodieFormatError(
+                    f"{config.timeline_path}/{name}: its instant and that of {other} are one instant in "
+                    "hoodied's timeline (times longer than 17 digits are cut); such a timeline is not "
+                    "supported"
+                )
             if inst.is_completed:
                 # a completion-time name wins over a legacy one for the same instant
                 prev = group.completed

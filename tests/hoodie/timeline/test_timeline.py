@@ -237,6 +237,26 @@ def test_layout1_completion_time_is_the_file_mtime_in_the_table_timezone(hudi_ta
     assert inst is not None and inst.completion_time == "20240102030405678" and not inst.legacy
 
 
+def test_0x_metadata_table_suffixed_times(hudi_table) -> None:
+    # a 0.x metadata table names its compaction <T>001 and its clean <T>002 after delta commit T
+    table = hudi_table("mor/parquet/v6_nonpartitioned")
+    hoodie = table / ".hoodie"
+    t = "20250117083136333"
+    for name in (f"{t}001.compaction.requested", f"{t}001.compaction.inflight", f"{t}001.commit",
+                 f"{t}002.clean.requested", f"{t}002.clean.inflight"):
+        (hoodie / name).write_bytes(b"")
+    timeline = open_timeline(table)
+    assert sorted((i.action.value, i.state.value) for i in timeline.instants if i.requested_time == t) == [
+        ("clean", "inflight"), ("compaction", "completed"), ("deltacommit", "completed")
+    ]
+    # its log compaction <T>005 completes as a delta commit: cut to 17 digits it would be the delta
+    # commit T of the same family, so one of the two would be lost; refused, naming both files
+    (hoodie / f"{t}005.logcompaction.requested").write_bytes(b"")
+    with pytest.raises(HoodieFormatError, match=r"are one instant in hoodied's timeline") as caught:
+        open_timeline(table)
+    assert f"{t}005.logcompaction.requested" in str(caught.value) and f"{t}.deltacommit" in str(caught.value)
+
+
 def test_legacy_completed_file_in_layout2(hudi_table) -> None:
     table = hudi_table("cow/v8_nonpartitioned")
     folder = table / ".hoodie/timeline"
