@@ -657,6 +657,12 @@ class SparkConfig(_Frozen):
     retry_seconds: float = Field(30.0, gt=0)
     """How long the Spark Connect client retries a call whose server does not answer before the
     engine is unavailable (pyspark's own default is about ten minutes)."""
+    start_at_startup: bool = True
+    """``hoodied run`` starts the session (a local JVM, a Spark Connect session) in the background as
+    it starts, so its first Spark job does not wait for Spark's start-up; polls and probes never wait
+    for it, a job that comes meanwhile waits for the same start, and a start that fails is an engine
+    outage as a job's failed start is. ``false``: the first Spark job starts it. A ``--once`` pass
+    (and ``hoodied execute``) starts Spark only for a job, after its plan was checked."""
     log_level: Literal["DEBUG", "INFO", "WARN", "ERROR", "OFF"] = "ERROR"
     """The level of a local Spark's own JVM log lines on standard error (its log4j root logger,
     ``spark.log.level``): ``ERROR`` keeps Spark's start-up and WARN lines out of hoodied's log

@@ -28,8 +28,10 @@ a clustering as ``replacecommit`` (on table version 6 a pending clustering is it
 ``replacecommit`` whose plan says CLUSTER; ``hoodie.actions.services.service_of`` tells them
 from insert-overwrites). An indexing instant completes as ``indexing``.
 
-``SparkEngine`` owns one Spark session, started by the first job that needs it; its owner (the
-daemon, a ``SparkRunner``) closes it. An engine that cannot be reached or is lost mid-job raises
+``SparkEngine`` owns one Spark session, started by the first job that needs it, or ahead of it in a
+thread of its own (``start_in_background``: the daemon at start-up, ``spark.start_at_startup``); a
+job that comes while it starts waits for that start. Its owner (the daemon, a ``SparkRunner``)
+closes it. An engine that cannot be reached or is lost mid-job raises
 ``EngineUnavailableError`` (``executors.engine``: bounded start, bounded client retries) before the
 instant is touched, or leaves the running attempt inflight for the rollback before its retry; the
 engine discards its session then and starts a new one for the next job.
@@ -52,6 +54,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, ExitStack
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from hoodied.hoodie.actions.services import TableService, service_of
@@ -77,6 +80,7 @@ __all__ = [
     "DEFAULT_SPARK_LOG_LEVEL",
     "DEFAULT_START_TIMEOUT_S",
     "ENGINE_MODULE",
+    "EngineState",
     "SPARK_LOG_LEVELS",
     "SPARK_SERVICES",
     "InputCheck",
@@ -96,6 +100,19 @@ InputCheck = Callable[[Storage, TableConfig, Timeline, Instant], object]
 
 #: ``progress(done, total)``: operations of the job completed so far (``executors.engine.Progress``).
 Progress = Callable[[int, int], None]
+
+
+_IMPORTS = threading.Lock()
+
+
+def _import_spark_module(name: str) -> Any:
+    """``importlib.import_module(name)`` for the modules that import pyspark, one thread at a time.
+
+    The start ahead (``SparkEngine.start_in_background``) imports pyspark while a job may import an
+    executor in another thread: pyspark's own modules import each other in a circle, and two threads
+    importing them at once can meet a partly initialised module (``cannot import name ...``)."""
+    with _IMPORTS:
+        return importlib.import_module(name)
 
 
 class ServiceResult(Protocol):
@@ -137,7 +154,7 @@ class SparkService:
 
     def _module(self) -> Any:
         try:
-            return importlib.import_module(self.module)
+            return _import_spark_module(self.module)
         except ModuleNotFoundError as exc:
             if exc.name != self.module:
                 raise
@@ -300,8 +317,22 @@ def _jvm_stderr_logged(master: str) -> Iterator[None]:
     _jvm_started = True
 
 
+class EngineState(StrEnum):
+    """Where a ``SparkEngine`` is (``/status``'s ``engine.state``)."""
+
+    NOT_STARTED = "not_started"
+    """No session was started yet: the first Spark job starts it."""
+    STARTING = "starting"
+    """A session is starting (in the background, or for a job); jobs wait for it."""
+    UP = "up"
+    """The last start or job found the engine."""
+    DOWN = "down"
+    """The last start failed or a job lost the engine (``SparkEngine.problem`` says why)."""
+
+
 class SparkEngine:
-    """One Spark session, started by the first job that needs it and stopped by ``close()``.
+    """One Spark session, started by the first job that needs it (or ahead of it,
+    ``start_in_background``) and stopped by ``close()``.
 
     pyspark is imported only then: ``service`` modules must not import it directly, and a
     daemon with nothing to compact or cluster should not pay for it. Not shared between owners:
@@ -311,7 +342,8 @@ class SparkEngine:
     ``start_timeout_s``) or a job that loses the engine (``job``) marks the engine down and
     discards the session, so the next job starts a new one once the engine is back. ``up`` is
     ``None`` before the first start, then whether the last start or job found the engine;
-    ``problem`` says why it is down. With ``log_changes`` each change is logged once (not once per job).
+    ``problem`` says why it is down; ``state`` adds whether a session is starting. With ``log_changes``
+    each change is logged once (not once per job), and each start.
     """
 
     def __init__(
@@ -332,20 +364,56 @@ class SparkEngine:
         self.problem: str | None = None
         self._down_error: EngineUnavailableError | None = None
         self._retry_start_at = 0.0
+        self._starting = False
+        self._generation = 0
+        """Counts ``close()`` calls: a start begun before one stops its session as soon as it is up."""
 
     def session(self, master: str, conf: Mapping[str, str] | None = None) -> Any:
         """The running session, started first when there is none (``EngineUnavailableError`` if it
-        cannot be)."""
-        with self._guard:  # two first jobs at once must not start two sessions
+        cannot be); while one starts (``start_in_background``), the one it starts."""
+        return self._start(master, conf, self._generation, ahead=False)
+
+    def start_in_background(self, master: str, conf: Mapping[str, str] | None = None) -> threading.Thread:
+        """Start the session now, in a daemon thread, so the first job finds it started instead of
+        paying Spark's start-up; a job that comes meanwhile waits for this start (never a second one).
+
+        A start that fails marks the engine down exactly as a job's failed start does (``problem``;
+        the next job tries again after ``RETRY_START_AFTER_S``). ``close()`` during the start does not
+        wait past its own deadline: the session is stopped as soon as it is up (``_start``)."""
+        if self.log_changes:  # before the thread runs: the log shows it ahead of any job it serves
+            log.info("starting a Spark session on %s in the background", mask_secrets(master))
+        thread = threading.Thread(target=self._start_ahead, args=(master, dict(conf or {}), self._generation),
+                                  name="hoodied-engine-start", daemon=True)
+        thread.start()
+        return thread
+
+    def _start_ahead(self, master: str, conf: Mapping[str, str], generation: int) -> None:
+        try:
+            self._start(master, conf, generation, ahead=True)
+        except EngineUnavailableError:
+            pass  # down with its problem (logged once by ``_set_down``): the next job tries again
+        except Exception as exc:
+            # not an outage (pyspark missing, a setting Spark refuses): the first Spark job meets it
+            # again and fails as it would have without this start
+            log.warning("Spark session not started in the background: %s",
+                        mask_secrets(f"{type(exc).__name__}: {exc}"))
+
+    def _start(self, master: str, conf: Mapping[str, str] | None, generation: int, *, ahead: bool) -> Any:
+        with self._guard:  # two first jobs at once (or a job and the start ahead) must not start two
+            if generation != self._generation:
+                raise EngineUnavailableError("Spark engine closed: no session is started")
             if self._session is None:
                 self._master = master
                 if self._down_error is not None and time.monotonic() < self._retry_start_at:
                     # tried a moment ago: the next job does not wait for it again (a new error each
                     # time: raising the same one would grow its traceback for as long as the outage lasts)
                     raise EngineUnavailableError(str(self._down_error))
-                # by name, as SPARK_SERVICES' executors: the module imports pyspark
-                spark_session = importlib.import_module(ENGINE_MODULE).spark_session
+                if self.log_changes and not ahead and self.up is not False:  # an outage's retries: quiet
+                    log.info("starting a Spark session on %s for a job", mask_secrets(master))
+                self._starting = True
                 try:
+                    # by name, as SPARK_SERVICES' executors: the module imports pyspark
+                    spark_session = _import_spark_module(ENGINE_MODULE).spark_session
                     with _jvm_stderr_logged(master):
                         self._session = self._stack.enter_context(spark_session(
                             master, spark_log_conf(master, conf or {}, self.log_level),
@@ -354,6 +422,15 @@ class SparkEngine:
                 except EngineUnavailableError as exc:
                     self._set_down(exc)
                     raise
+                finally:
+                    self._starting = False
+                if generation != self._generation:
+                    # ``close()`` came during the start and stopped waiting for it: a session nobody
+                    # will use is stopped now rather than left to the exiting process
+                    stack, self._stack, self._session = self._stack, ExitStack(), None
+                    stack.close()
+                    log.info("Spark session stopped: the engine was closed while it started")
+                    raise EngineUnavailableError("Spark engine closed while its session started")
                 self._set_up()
             return self._session
 
@@ -369,7 +446,7 @@ class SparkEngine:
         except Exception as exc:
             # a Spark call outside the job's own (``run_operations`` words its errors): asked of
             # the engine whether it is still there
-            lost = importlib.import_module(ENGINE_MODULE).lost_error(exc, session)
+            lost = _import_spark_module(ENGINE_MODULE).lost_error(exc, session)
             if lost is None:
                 raise
             self.lost(session, lost)
@@ -390,7 +467,7 @@ class SparkEngine:
         master = self._master
         if self.up is not False or master is None or not master.startswith("sc://"):
             return False
-        problem = importlib.import_module(ENGINE_MODULE).connect_problem(master, 1.0)
+        problem = _import_spark_module(ENGINE_MODULE).connect_problem(master, 1.0)
         if problem is None:
             self._retry_start_at = 0.0
         return problem is None
@@ -411,13 +488,25 @@ class SparkEngine:
     def started(self) -> bool:
         return self._session is not None
 
+    @property
+    def state(self) -> EngineState:
+        """``up`` and ``problem`` in one word, with ``starting`` while a session starts."""
+        if self._starting:
+            return EngineState.STARTING
+        if self.up is None:
+            return EngineState.NOT_STARTED
+        return EngineState.UP if self.up else EngineState.DOWN
+
     def close(self, timeout_s: float | None = None) -> None:
         """Stop the session. With ``timeout_s``, return within about that long whatever the engine
-        does: a session still starting is left to the exiting process, and a stop that takes
-        longer goes on in a daemon thread with the client's retries switched off."""
+        does: a session still starting then is stopped by its own start as soon as it is up (or goes
+        with the exiting process: a local JVM ends with its parent), and a stop that takes longer goes
+        on in a daemon thread with the client's retries switched off. A start begun before the close
+        (``start_in_background``) starts no session after it."""
         deadline = None if timeout_s is None else time.monotonic() + max(timeout_s, 0.0)
+        self._generation += 1
         if not self._guard.acquire(timeout=-1 if deadline is None else max(timeout_s or 0.0, 0.0)):
-            log.warning("Spark session still starting: left to the exiting process")
+            log.warning("Spark session still starting: stopped once it is up, or with the exiting process")
             return
         try:
             session, stack, self._stack, self._session = self._session, self._stack, ExitStack(), None
@@ -431,7 +520,7 @@ class SparkEngine:
         stopper.join(max(deadline - time.monotonic(), 0.0))
         if stopper.is_alive():
             # the engine does not answer: nothing it could still do for this process is waited for
-            importlib.import_module(ENGINE_MODULE).mark_lost(session)
+            _import_spark_module(ENGINE_MODULE).mark_lost(session)
             log.warning("Spark session not stopped within %.1f s: left to the engine", timeout_s)
 
 

@@ -5,7 +5,9 @@ what is ready and what an outcome means, ``service.daemon.status`` renders ``/st
 metrics snapshot, ``service.daemon.jobs`` runs one job in a worker thread. A ``Daemon`` owns
 what its jobs share: the registry of executors and planners (``service.daemon.registry.build_registry``
 unless one is given) and one ``SparkEngine``, whose session starts with the first Spark job and is
-closed when ``run`` ends.
+closed when ``run`` ends; with ``spark.start_at_startup`` (not in ``once`` mode) ``run`` starts it in
+a thread of its own right away, so the first Spark job finds it started (or waits for that start)
+while polls and probes go on.
 
 Root tasks: the work loop (discover, poll, dispatch), the HTTP endpoint
 (``service.daemon.http``, on this event loop) and, from the command line, the signal watcher.
@@ -124,7 +126,7 @@ from hoodied.service.daemon.table_state import (
     record_outcome,
 )
 from hoodied.service.locks import RedisLockFactory
-from hoodied.service.spark_jobs import SparkEngine
+from hoodied.service.spark_jobs import SPARK_SERVICES, SparkEngine
 from hoodied.service.table_controls import (
     RETRY_CLAIM_S,
     ControlStore,
@@ -166,7 +168,8 @@ class Daemon:
         self.engine = SparkEngine(start_timeout_s=settings.spark.start_timeout_seconds,
                                   retry_s=settings.spark.retry_seconds, log_changes=True,
                                   log_level=settings.spark.log_level)
-        """The Spark session of every table's Spark jobs: started by the first, closed when ``run`` ends."""
+        """The Spark session of every table's Spark jobs: started by the first (or ahead of it,
+        ``spark.start_at_startup``), closed when ``run`` ends."""
         self.tables: dict[str, TableState] = {
             t.path: TableState(t.path, t.policy, "config") for t in settings.tables
         }
@@ -227,6 +230,9 @@ class Daemon:
             raise
         log.info("daemon starting", tables=len(self.tables), roots=len(s.discover), lock=self.lock_where(),
                  workers=s.concurrency.workers, once=self.once, replica=self.replica)
+        if s.spark.start_at_startup and not self.once and self._runs_spark():
+            # Spark's start-up (seconds) overlaps the first polls; closed with the engine in ``finally``
+            self.engine.start_in_background(s.spark.master, s.spark.conf)
         try:
             async with anyio.create_task_group() as root:
                 if listener is not None and address is not None:
@@ -269,6 +275,10 @@ class Daemon:
         if self.once and (self.problems_in_pass or quarantined or not self.clock.current.allows_work):
             return 1  # a pass that left work undone for a skewed or unchecked clock did not succeed
         return 0
+
+    def _runs_spark(self) -> bool:
+        """Whether an executor of a Spark service is registered (a build without them starts no Spark)."""
+        return any(spec.service in SPARK_SERVICES for spec in self.registry.executors.values())
 
     def _make_limiters(self) -> None:
         # created on the event loop: anyio limiters belong to the loop that made them

@@ -234,7 +234,9 @@ def _health(doc: Mapping[str, Any], tables: Sequence[Mapping[str, Any]], now: fl
     rows.append(["Clock", _badge(state.replace("_", " "), tone), _e(clock.get("summary")) + takes])
     engine = doc.get("engine") or {}
     master = f"<code>{_e(engine.get('master'))}</code>"
-    if engine.get("up") is True:
+    if engine.get("state") == "starting":
+        rows.append(["Spark engine", _badge("starting", "idle"), f"{master}: session starting"])
+    elif engine.get("up") is True:
         rows.append(["Spark engine", _badge("up", "ok"), master])
     elif engine.get("up") is False:
         rows.append(["Spark engine", _badge("down", "bad"), f"{master}: {_e(engine.get('problem'))}"])

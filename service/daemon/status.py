@@ -216,8 +216,9 @@ def status_document(daemon: DaemonView) -> dict[str, Any]:
         "replica": daemon.replica, "started_at": daemon.started_at, "draining": daemon.draining,
         "stop_reason": daemon.stop_reason, "once": daemon.once, "lock": daemon.lock_where(),
         "workers": {"limit": daemon.settings.concurrency.workers, "busy": len(daemon.running)},
-        # up: None before the first Spark job started a session
+        # up: None before the first session start ended; state: not_started, starting, up or down
         "engine": {"master": mask_secrets(daemon.settings.spark.master), "up": daemon.engine.up,
+                   "state": daemon.engine.state.value,
                    "problem": daemon.engine.problem and mask_secrets(daemon.engine.problem)},
         "clock": clock_document(daemon),
         "last_poll": {"ended_at": daemon.last_cycle_end, "seconds": daemon.last_cycle_seconds,

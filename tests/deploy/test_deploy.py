@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.helpers.daemon_procs import SPARK_AHEAD_OFF
 from tests.helpers.fixtures import require_fixture, unzip_table
 from tests.helpers.redis_server import free_port
 
@@ -150,6 +151,7 @@ def metric_families(tmp_path_factory: pytest.TempPathFactory) -> set[str]:
     table = unzip_table(require_fixture(METRICS_TABLE), root / "table")
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.upper().startswith("HOODIED_")}
+    env.update(SPARK_AHEAD_OFF)  # the metric names need no Spark session
     proc = subprocess.Popen(
         [sys.executable, "-m", "hoodied.service.cli", "run", "--table", str(table),
          "--http", f"127.0.0.1:{port}", "--poll-interval", "1"],

@@ -1,7 +1,8 @@
 """Helpers for the daemon tests that run real ``hoodied run`` processes and look at real tables.
 
 ``hoodied(...)`` starts the command line as a subprocess of this checkout (``HOODIED_TEST_*``
-hooks of the calling environment are not inherited, so each test sets its own); ``events``
+hooks of the calling environment are not inherited, so each test sets its own; the daemon starts no
+Spark session at start-up, ``SPARK_AHEAD_OFF``, unless the test's ``env`` turns it on); ``events``
 parses its JSON log lines; ``replicas_once`` runs replicas of ``run --once`` side by side;
 ``get`` asks its HTTP endpoint; ``wait_for`` polls a condition
 with a deadline; ``timeline`` / ``service_instants`` read a table's timeline as it is on disk.
@@ -28,6 +29,11 @@ from hoodied.hoodie.timeline.instant import Action, Instant
 
 PROJECT = Path(__file__).resolve().parents[2]
 
+#: ``spark.start_at_startup`` off: most daemons of the tests never run a Spark job, and a JVM started
+#: ahead in each would cost every one of them Spark's start-up on a small CI machine. The environment
+#: beats a settings file: a test that wants the start ahead passes ``HOODIED_SPARK__START_AT_STARTUP``.
+SPARK_AHEAD_OFF = {"HOODIED_SPARK__START_AT_STARTUP": "false"}
+
 
 def hoodied(
     *args: str, env: dict[str, str] | None = None, new_session: bool = False
@@ -36,6 +42,7 @@ def hoodied(
     so a test can stop or kill the whole group)."""
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("HOODIED_")}
     full_env["PYTHONPATH"] = str(PROJECT)
+    full_env.update(SPARK_AHEAD_OFF)
     full_env.update(env or {})
     return subprocess.Popen(
         [sys.executable, "-m", "hoodied.service.cli", *args],

@@ -56,7 +56,8 @@ SETTINGS: dict[str, Any] = {
     "poll_interval_seconds": 0.2,
     "heartbeat": {"interval_ms": 500, "tolerable_misses": 2},
     "retry": {"backoff_seconds": 0.05, "backoff_max_seconds": 0.2},
-    "spark": {"master": "local[1]"},
+    # no session started ahead (``tests.helpers.daemon_procs.SPARK_AHEAD_OFF``): in-process daemons too
+    "spark": {"master": "local[1]", "start_at_startup": False},
     "log": {"format": "json"},
 }
 

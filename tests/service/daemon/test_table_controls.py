@@ -53,6 +53,8 @@ FAST: dict[str, Any] = {
     "retry": {"backoff_seconds": 0.05, "backoff_max_seconds": 0.2},
     "log": {"format": "json"},
     "http": "off",
+    # in-process daemons start no Spark session ahead (``tests.helpers.daemon_procs.SPARK_AHEAD_OFF``)
+    "spark": {"start_at_startup": False},
 }
 
 
