@@ -15,7 +15,7 @@ Jobs run in a nested task group; every blocking call (listing, planning, executi
 through ``anyio.to_thread.run_sync`` with a capacity limiter, so the event loop only does
 bookkeeping and keeps answering probes.
 
-One cycle: re-discover tables when due, read the shared controls (``_sync_controls``), poll every
+One cycle: re-discover tables when due, read the shared controls (``ControlsSync.sync``), poll every
 table that is not quarantined (one timeline listing each, ``service.daemon.poll``), retry the
 quarantined tables whose retry is due, then dispatch. A job that ends wakes the loop,
 which re-polls that table at once and dispatches again, so follow-on work (the clean a plan
@@ -47,10 +47,11 @@ table whose config or timeline cannot be read (corrupt, unsupported, not found) 
 quarantined at once, and a plan or executor that reports a corrupt file quarantines it too.
 Every other table keeps being served.
 
-Shared controls (``service.table_controls``; Redis with a Redis lock, else a local SQLite file):
-a quarantine is written to the store, so every replica leaves the table alone and a restart does
-not clear it; it ends when ``hoodied table release`` (or ``POST /tables/<table>/release``) lifts it,
-or when a retry finds its cause gone. A quarantined table is not polled; its retry is due
+Shared controls (``service.table_controls``; Redis with a Redis lock, else a local SQLite file;
+``service.daemon.controls_sync`` keeps the tables' books in step with them): a quarantine is written
+to the store, so every replica leaves the table alone and a restart does not clear it; it ends
+when ``hoodied table release`` (or ``POST /tables/<table>/release``) lifts it, or when a retry finds
+its cause gone. A quarantined table is not polled; its retry is due
 ``controls.quarantine_retry_seconds`` after the quarantine, then after twice that after each
 retry that finds the cause still there, up to ``controls.quarantine_retry_max_seconds``. Only the
 replica that claims the retry (``ControlStore.claim_retry``) runs it: it polls the table and, when
@@ -91,7 +92,6 @@ import signal
 import socket
 import time
 from collections import Counter, deque
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -103,6 +103,7 @@ from hoodied.hoodie.storage import OBJECT_STORE_SCHEMES, STORAGE_REQUESTS, Stora
 from hoodied.service.config import DaemonConfig, DiscoverRoot
 from hoodied.service.daemon import jobs as joblib
 from hoodied.service.daemon.clock import ClockCheck, ClockState, ClockWatch, ObjectStoreClock, RedisClock
+from hoodied.service.daemon.controls_sync import ControlsSync
 from hoodied.service.daemon.http import listen, serve_http
 from hoodied.service.daemon.jobs import (
     COUNTED_ARCHIVAL_OUTCOMES,
@@ -127,15 +128,7 @@ from hoodied.service.daemon.table_state import (
 )
 from hoodied.service.locks import RedisLockFactory
 from hoodied.service.spark_jobs import SPARK_SERVICES, SparkEngine
-from hoodied.service.table_controls import (
-    RETRY_CLAIM_S,
-    ControlStore,
-    ControlStoreError,
-    JobRecord,
-    Quarantine,
-    open_store,
-    with_retry,
-)
+from hoodied.service.table_controls import ControlStore, ControlStoreError, open_store
 
 if TYPE_CHECKING:
     from hoodied.hoodie.object_storage import ObjectStoreSettings
@@ -146,14 +139,10 @@ log = structlog.get_logger("hoodied.loop")
 
 #: Most tables one poll thread takes in one hand-off.
 POLL_BATCH = 64
+#: During the first cycle, the tables polled so far are looked at for work at most this often (seconds).
+FIRST_DISPATCH_S = 1.0
 #: A clock verdict older than this is measured again before jobs are dispatched on it.
 CLOCK_RECHECK_S = 5.0
-#: Jobs of each table's shared history kept in memory for ``/status``.
-STATUS_HISTORY = 10
-#: Store writes kept while the store is unreachable (the oldest are dropped past it).
-OUTBOX_MAX = 10_000
-#: Longest wait for the store's last writes when the daemon stops.
-FINAL_FLUSH_S = 3.0
 
 
 class Daemon:
@@ -194,12 +183,12 @@ class Daemon:
         self.metrics = Metrics(self.snapshot)
         self._counted: set[str] = set()
         """Tables whose counters were started at 0 (``_count_from_zero``)."""
+        self._first_dispatch_at = 0.0
+        """The first cycle dispatches after a batch from this moment on (monotonic; ``_poll_batch``)."""
         self.factory: RedisLockFactory | None = None
-        self.store: ControlStore | None = None
-        """The shared per-table controls (``service.table_controls``), opened by ``run``."""
-        self._outbox: deque[Callable[[ControlStore], None]] = deque(maxlen=OUTBOX_MAX)
-        self._controls_dirty = False
-        self._history_dirty: set[str] = set()
+        self.controls = ControlsSync(self, store_settings=self._store_settings, error=self._error,
+                                     repoll=self._repoll)
+        """The shared per-table controls: the store, its outbox, the quarantine retries."""
         self._touched: set[str] = set()
         self._stop_at = math.inf
         self._wake: anyio.Event | None = None
@@ -261,12 +250,7 @@ class Daemon:
                 await anyio.to_thread.run_sync(functools.partial(self.engine.close, left))
             with anyio.CancelScope(shield=True):
                 await anyio.to_thread.run_sync(self.clock.close)
-            if self.store is not None:
-                # the last jobs' history and quarantines, within a bound: an unreachable store must not
-                # hold the exit past the grace period
-                with anyio.CancelScope(shield=True), anyio.move_on_after(FINAL_FLUSH_S):
-                    await self._flush(abandon_on_cancel=True)
-                self.store.close()
+            await self.controls.close()
             if self.factory is not None:
                 self.factory.close()
         why = self.stop_reason or ("one pass done" if self.once else "stopped")
@@ -310,6 +294,11 @@ class Daemon:
         if self._wake is not None:
             self._wake.set()
 
+    def _repoll(self, uri: str) -> None:
+        """Poll the table again at once (and dispatch its work)."""
+        self._touched.add(uri)
+        self._poke()
+
     async def _sleep(self, seconds: float | None) -> None:
         """Sleep until woken (a job ended, a stop request) or ``seconds`` passed."""
         assert self._wake is not None
@@ -339,8 +328,8 @@ class Daemon:
             deadline = started + s.poll_interval_seconds
             while not self.draining and time.monotonic() < deadline:
                 await self._sleep(deadline - time.monotonic())
-                if self._controls_dirty:
-                    await self._sync_controls()
+                if self.controls.dirty:
+                    await self.controls.sync()
                 await self._repoll_touched()
 
     async def poll_cycle(self, started: float | None = None) -> float:
@@ -349,7 +338,7 @@ class Daemon:
         if self._poll_limiter is None:
             self._make_limiters()
         await self._check_clock(force=True)  # its probe requests are not the poll's
-        await self._sync_controls()
+        await self.controls.sync()
         before = STORAGE_REQUESTS.snapshot()
         await self._poll([t for t in self.tables.values() if not t.quarantine])
         after = STORAGE_REQUESTS.snapshot()
@@ -358,11 +347,11 @@ class Daemon:
         self.last_cycle_seconds = time.monotonic() - started
         self.last_cycle_end = time.time()
         self.metrics.poll_cycle.observe(self.last_cycle_seconds)
-        await self._retry_quarantined()
+        await self.controls.retry_quarantined()
         await self._engine_back()
         await self._check_clock()
         self._dispatch()
-        await self._flush()
+        await self.controls.flush()
         return self.last_cycle_seconds
 
     async def _engine_back(self) -> None:
@@ -463,7 +452,7 @@ class Daemon:
                 continue
             ts.storage, result = got
             if ts.poll is None or ts.poll.signature != result.signature:
-                self._history_dirty.add(ts.uri)  # a job of another replica may have ended
+                self.controls.history_changed(ts.uri)  # a job of another replica may have ended
             ts.poll, ts.poll_failures = result, 0
             if ts.uri not in self._counted:
                 self._count_from_zero(ts, result)
@@ -471,9 +460,12 @@ class Daemon:
             for book in (ts.failures, ts.holds, ts.waiting):
                 for key in [k for k in book if not k.startswith("plan:") and k not in live]:
                     del book[key]
-        if self.last_cycle_end is None:
-            # the first cycle parses every timeline (minutes for 10,000 tables): work starts
-            # with the tables polled so far instead of waiting for the last one
+        if self.last_cycle_end is None and time.monotonic() >= self._first_dispatch_at:
+            # the first cycle reads every timeline (seconds for 10,000 tables): work starts with the
+            # tables polled so far instead of waiting for the last one; looked at again at most every
+            # FIRST_DISPATCH_S, as each look goes over every table polled so far (after every batch of
+            # 10,000 tables, 1.2 s of CPU: bench/poll.py)
+            self._first_dispatch_at = time.monotonic() + FIRST_DISPATCH_S
             await self._check_clock()
             self._dispatch()
 
@@ -526,153 +518,23 @@ class Daemon:
         ts.quarantine, ts.quarantined_at = reason, time.time()
         self.problems_in_pass += 1
         self._error(ts.uri, f"quarantined: {reason}")
-        carried, ts.released_by_retry = ts.released_by_retry, None
-        retries = 0
-        window = self.settings.controls.quarantine_retry_max_seconds
-        if carried is not None and ts.quarantined_at - carried[1] < window:
-            retries = carried[0]  # back soon after a retry released it: the backoff goes on growing
-        first_retry = ts.quarantined_at + self.settings.controls.retry_backoff(retries)
-        q = Quarantine(reason, ts.quarantined_at, self.replica, instant, retries=retries,
-                       next_retry_at=first_retry)
-        ts.stored_quarantine = q
-        log.error("table quarantined: left untouched until a retry finds the cause gone or it is released",
-                  table=ts.uri, reason=reason, instant=instant,
-                  retry_in_seconds=round(first_retry - time.time()))
-
-        def write(store: ControlStore) -> None:
-            kept = store.quarantine(ts.uri, q)  # another replica's quarantine, if first, is the one kept
-            ts.stored_quarantine, ts.quarantine_stored_at = kept, time.monotonic()
-
-        self._outbox.append(write)
-
-    def _lift(self, ts: TableState, why: str) -> None:
-        """The quarantine is gone from the store: serve the table again, with fresh books."""
-        log.info("table quarantine lifted", table=ts.uri, reason=ts.quarantine, why=why)
-        ts.quarantine = ts.quarantined_at = ts.stored_quarantine = ts.quarantine_stored_at = None
-        ts.poll_failures = 0
-        ts.failures.clear()
-        ts.plan_checked.clear()
-        self._touched.add(ts.uri)
-        self._poke()
+        self.controls.quarantine(ts, reason, instant)
 
     # ------------------------------------------------------------------ shared controls
 
+    @property
+    def store(self) -> ControlStore | None:
+        """The shared per-table controls (``service.table_controls``), opened by ``run``."""
+        return self.controls.store
+
+    @store.setter
+    def store(self, store: ControlStore | None) -> None:
+        self.controls.store = store
+
     def controls_changed(self) -> None:
         """A control was changed here (the HTTP API): read the store again at once."""
-        self._controls_dirty = True
+        self.controls.changed()
         self._poke()
-
-    async def _flush(self, *, abandon_on_cancel: bool = False) -> None:
-        """Run the writes waiting in the outbox, in a worker thread; failed ones wait for the next flush."""
-        if self.store is None or not self._outbox:
-            return
-        writes = list(self._outbox)
-        self._outbox.clear()
-        store = self.store
-
-        def run() -> list[Callable[[ControlStore], None]]:
-            failed = []
-            for i, write in enumerate(writes):
-                try:
-                    write(store)
-                except ControlStoreError as exc:
-                    log.warning("table controls: write failed, kept for the next try", error=str(exc))
-                    failed = writes[i:]
-                    break
-            return failed
-
-        failed = await anyio.to_thread.run_sync(run, abandon_on_cancel=abandon_on_cancel)
-        # the failed writes go before those queued meanwhile; when full, the oldest are dropped
-        self._outbox = deque([*failed, *self._outbox], maxlen=OUTBOX_MAX)
-
-    async def _sync_controls(self) -> None:
-        """Read every pause and quarantine of the store, and the history of tables whose jobs changed."""
-        self._controls_dirty = False
-        if self.store is None:
-            return
-        await self._flush()
-        store, started = self.store, time.monotonic()
-        stale = [u for u, ts in self.tables.items() if ts.history is None or u in self._history_dirty]
-        self._history_dirty.difference_update(stale)
-
-        def read() -> tuple[Any, dict[str, list[JobRecord]]]:
-            return store.read_all(), store.histories(stale, STATUS_HISTORY)
-
-        try:
-            controls, histories = await anyio.to_thread.run_sync(read)
-        except ControlStoreError as exc:
-            self._history_dirty.update(stale)
-            self._error("table controls", str(exc))
-            log.warning("table controls: cannot read them; the last ones read stay in force", error=str(exc))
-            return
-        for uri, ts in self.tables.items():
-            if uri in histories:
-                ts.history = histories[uri]
-            c = controls.of(uri)
-            if (c.pause is None) != (ts.pause is None):
-                log.info("table paused" if c.pause else "table resumed", table=uri,
-                         by=c.pause.by if c.pause else None, reason=c.pause.reason if c.pause else None)
-            ts.pause = c.pause
-            q = c.quarantine
-            if q is not None:
-                if ts.quarantine is None:
-                    log.warning("table quarantined by another replica or before a restart: left untouched",
-                                table=uri, reason=q.reason, replica=q.replica)
-                ts.quarantine, ts.quarantined_at, ts.stored_quarantine = q.reason, q.at, q
-                ts.quarantine_stored_at = min(ts.quarantine_stored_at or started, started)
-            elif ts.quarantine is not None and (ts.quarantine_stored_at or math.inf) < started:
-                self._lift(ts, "released")
-
-    async def _retry_quarantined(self) -> None:
-        """Retry the quarantined tables whose retry is due and that this replica claims first."""
-        if self.store is None or self.draining:
-            return
-        store = self.store
-        for ts in [t for t in self.tables.values() if t.stored_quarantine is not None]:
-            seen, now = ts.stored_quarantine, time.time()
-            if seen is None or seen.next_retry_at > now or ts.uri in self.running:
-                continue
-            try:
-                claim = functools.partial(store.claim_retry, ts.uri, self.replica, now, RETRY_CLAIM_S)
-                q = await anyio.to_thread.run_sync(claim)
-            except ControlStoreError as exc:
-                log.warning("table controls: cannot claim a quarantine retry", table=ts.uri, error=str(exc))
-                return
-            if q is None:
-                continue  # another replica's retry, or one already done (read at the next sync)
-            delay = self.settings.controls.retry_backoff(q.retries + 1)
-            started = time.monotonic()
-            cause = await anyio.to_thread.run_sync(self._quarantine_cause, ts, q)
-            seconds = round(time.monotonic() - started, 3)
-            if cause is None:
-                outcome, message = "released", "the cause is gone: quarantine released"
-                self._outbox.append(functools.partial(_release, uri=ts.uri, expected=q))
-                self._lift(ts, "a retry found the cause gone")
-                ts.released_by_retry = (q.retries + 1, time.time())
-            else:
-                retried = with_retry(q, error=cause, next_at=time.time() + delay)
-                ts.stored_quarantine = retried
-                outcome, message = "quarantined", f"retry {retried.retries}: {cause}; next in {delay:.0f} s"
-                self._outbox.append(functools.partial(_retried, uri=ts.uri, replica=self.replica, q=retried))
-                log.warning("quarantine retry: the cause is still there", table=ts.uri, cause=cause,
-                            retries=retried.retries, next_in_seconds=delay)
-            record = JobRecord("retry", "quarantine", q.instant, outcome, seconds, message, self.replica,
-                               time.time())
-            self._outbox.append(functools.partial(_record, uri=ts.uri, record=record))
-            self._history_dirty.add(ts.uri)
-        await self._flush()
-
-    def _quarantine_cause(self, ts: TableState, q: Quarantine) -> str | None:
-        """Why the table must stay quarantined (in a worker thread), or ``None`` when the cause is gone:
-        the table reads, and the instant at fault, if any, is no longer pending."""
-        try:
-            storage = storage_for(ts.uri, self._store_settings(ts.uri))
-            result = poll_table(storage, None, ts.policy, self.registry, self.settings.heartbeat)
-        except Exception as exc:  # the table still cannot be read: the cause is still there
-            return f"cannot read the table: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
-        if q.instant is not None and any(i.instant.requested_time == q.instant for i in result.pending):
-            return f"instant {q.instant} is still pending"
-        return None
 
     def _error(self, table: str, message: str) -> None:
         self.recent_errors.appendleft({"at": time.time(), "table": table, "error": message})
@@ -777,7 +639,7 @@ class Daemon:
                 log.exception("job runner failed")
                 outcome = JobOutcome(Outcome.FAILED, f"{type(exc).__name__}: {exc}", retryable=True)
             self._finish(ts, job, kind, outcome)
-            await self._flush()
+            await self.controls.flush()
 
     def _work_of(self, job: Job, kind: JobKind) -> functools.partial[JobOutcome]:
         """The job's runner with its arguments, for a worker thread."""
@@ -812,9 +674,7 @@ class Daemon:
         verdict = record_outcome(ts, job, kind, outcome, self.settings, time.monotonic())
         record = history_record(job, kind, outcome, self.replica, time.time())
         if record is not None:
-            if ts.history is not None:
-                ts.history = [record, *ts.history][:STATUS_HISTORY]
-            self._outbox.append(functools.partial(_record, uri=ts.uri, record=record))
+            self.controls.record(ts, record)
         if verdict.error is not None:
             self.problems_in_pass += 1
             self._error(ts.uri, verdict.error)
@@ -837,18 +697,3 @@ class Daemon:
     def status(self) -> dict[str, Any]:
         """The ``/status`` document (``hoodied status`` renders it)."""
         return status_document(self)
-
-
-# the outbox's writes (``Daemon._flush`` runs them in a worker thread)
-
-
-def _record(store: ControlStore, *, uri: str, record: JobRecord) -> None:
-    store.record(uri, [record])
-
-
-def _release(store: ControlStore, *, uri: str, expected: Quarantine | None = None) -> None:
-    store.release(uri, expected)
-
-
-def _retried(store: ControlStore, *, uri: str, replica: str, q: Quarantine) -> None:
-    store.retried(uri, replica, q)

@@ -2,7 +2,8 @@
 
 ``hoodied(...)`` starts the command line as a subprocess of this checkout (``HOODIED_TEST_*``
 hooks of the calling environment are not inherited, so each test sets its own; the daemon starts no
-Spark session at start-up, ``SPARK_AHEAD_OFF``, unless the test's ``env`` turns it on); ``events``
+Spark session at start-up, ``SPARK_AHEAD_OFF``, unless the test's ``env`` turns it on); ``running(...)``
+starts it for the body of a ``with`` and kills what is left of it on the way out; ``events``
 parses its JSON log lines; ``replicas_once`` runs replicas of ``run --once`` side by side;
 ``get`` asks its HTTP endpoint; ``wait_for`` polls a condition
 with a deadline; ``timeline`` / ``service_instants`` read a table's timeline as it is on disk.
@@ -10,15 +11,17 @@ with a deadline; ``timeline`` / ``service_instants`` read a table's timeline as 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
 import urllib.error
 import urllib.request
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +52,38 @@ def hoodied(
         cwd=PROJECT, env=full_env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         start_new_session=new_session,
     )
+
+
+@contextlib.contextmanager
+def running(
+    *args: str, env: dict[str, str] | None = None, new_session: bool = False, timeout: float = 30
+) -> Iterator[subprocess.Popen[str]]:
+    """``hoodied(ARGS)`` for the body of a ``with``. On the way out, a process still running (the body
+    failed, or did not stop it) is killed, with its process group under ``new_session``, and reaped
+    with its pipes closed within ``timeout`` seconds. A test that wants the exit code or standard
+    error stops the process in the body (``stop``, ``communicate``); what it read stays with it."""
+    proc = hoodied(*args, env=env, new_session=new_session)
+    try:
+        yield proc
+    finally:
+        _end(proc, group=new_session, timeout=timeout)
+
+
+def _end(proc: subprocess.Popen[str], *, group: bool, timeout: float) -> None:
+    if proc.poll() is None:
+        if group:
+            with contextlib.suppress(ProcessLookupError):  # gone meanwhile
+                os.killpg(proc.pid, signal.SIGKILL)  # its Spark JVM and Python workers too
+        else:
+            proc.kill()
+    try:
+        proc.communicate(timeout=timeout)  # after the body's own, returns at once
+    except subprocess.TimeoutExpired:
+        # a child of the daemon outside its group still holds the pipes: stop reading them
+        for stream in (proc.stdout, proc.stderr):
+            if stream is not None:
+                stream.close()
+        proc.wait(timeout)
 
 
 def events(stderr: str) -> list[dict[str, Any]]:

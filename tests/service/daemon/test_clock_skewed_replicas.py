@@ -30,7 +30,7 @@ from hoodied.hoodie.storage import LocalStorage
 from hoodied.hoodie.timeline.instant import Action, State, instant_time_to_epoch_ms
 from hoodied.hoodie.timeline.truetime import TimeSettings, TrueTime, timeline_floor
 from hoodied.service.locks import RedisLockFactory
-from tests.helpers.daemon_procs import events, get, get_or_none, hoodied, stop, timeline, wait_for
+from tests.helpers.daemon_procs import events, get, get_or_none, hoodied, running, stop, timeline, wait_for
 from tests.helpers.fixtures import require_fixture, unzip_table
 from tests.helpers.mor_tables import CITIES, SCHEMA, hudi_rs_rows
 from tests.helpers.object_servers import MotoServer, moto_server, s3_env, upload_tree  # noqa: F401  (fixtures)
@@ -202,8 +202,7 @@ def test_a_replica_resumes_by_itself_once_its_clock_is_back_in_bounds(
     config = tmp_path / "hoodied.yaml"
     config.write_text(yaml.safe_dump({**SETTINGS, "tables": [str(root)], "lock": redis_server.url}))
     port = free_port()
-    proc = hoodied("run", "--config", str(config), "--http", f"127.0.0.1:{port}", env=env)
-    try:
+    with running("run", "--config", str(config), "--http", f"127.0.0.1:{port}", env=env) as proc:
         wait_for("the replica reports its skew", lambda: _skew_reported(port, -1), 60, (proc,))
         untouched = _tree(root)
         time.sleep(2)
@@ -225,10 +224,6 @@ def test_a_replica_resumes_by_itself_once_its_clock_is_back_in_bounds(
         offset = _metric(get(port, "/metrics")[1], "hoodied_clock_offset_seconds")
         assert offset is not None and abs(offset) < 0.5, offset
         code, err = stop(proc)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
     assert code == 0, err[-3000:]
     names = [e.get("event") for e in events(err)]
     assert names.count("clock skewed: taking no work") == 1, names

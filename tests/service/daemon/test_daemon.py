@@ -45,7 +45,7 @@ from hoodied.service.daemon.registry import (
     register_executor,
     register_planner,
 )
-from tests.helpers.daemon_procs import events, get, get_or_none, hoodied
+from tests.helpers.daemon_procs import events, get, get_or_none, hoodied, running
 from tests.helpers.fixtures import require_fixture, unzip_table
 from tests.helpers.redis_server import RedisServer, free_port, redis_server  # noqa: F401  (fixture)
 
@@ -366,11 +366,10 @@ def test_sigterm_while_a_job_runs_exits_0_within_the_grace_period_and_a_restart_
     ready = tmp_path / "paused"
     config = _write_config(tmp_path / "hoodied.yaml", tables=[str(table)], http=f"127.0.0.1:{port}",
                            grace_period_seconds=3)
-    proc = hoodied("run", "--config", str(config), env={
+    with running("run", "--config", str(config), env={
         "HOODIED_TEST_PAUSE_AT": "deletes-half", "HOODIED_TEST_PAUSE_READY": str(ready),
         "HOODIED_TEST_PAUSE_S": "60",
-    })
-    try:
+    }) as proc:
         deadline = time.monotonic() + 30
         while not ready.exists():
             assert proc.poll() is None, proc.communicate()[1][-3000:]
@@ -379,8 +378,8 @@ def test_sigterm_while_a_job_runs_exits_0_within_the_grace_period_and_a_restart_
         assert get(port, "/healthz")[0] == 200
         assert get(port, "/readyz") == (200, "ready\n")
         code, body = get(port, "/status")
-        running = json.loads(body)["tables"][0]["running"]
-        assert code == 200 and running["action"] == "clean" and running["kind"] == "execute"
+        job = json.loads(body)["tables"][0]["running"]
+        assert code == 200 and job["action"] == "clean" and job["kind"] == "execute"
         code, metrics = get(port, "/metrics")
         samples = _check_metrics(metrics)
         assert code == 200 and samples[("hoodied_running_jobs", (("action", "clean"),))] == 1
@@ -394,10 +393,6 @@ def test_sigterm_while_a_job_runs_exits_0_within_the_grace_period_and_a_restart_
         assert get(port, "/healthz")[0] == 200
         _, err = proc.communicate(timeout=10)
         took = time.monotonic() - sent
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
     assert proc.returncode == 0, err[-3000:]
     assert took < 3.0 + 0.5, f"exit took {took:.1f} s with a 3 s grace period"
     stopped = [e for e in events(err) if e.get("event") == "daemon stopped"]
@@ -415,9 +410,8 @@ def test_sigterm_while_a_job_runs_exits_0_within_the_grace_period_and_a_restart_
 def test_status_command_reads_a_running_daemon(tmp_path: Path) -> None:
     (table,) = _copies(tmp_path, ["cow/v6_nonpartitioned"])
     port = free_port()
-    proc = hoodied("run", "--table", str(table), "--http", f"127.0.0.1:{port}", "--poll-interval", "0.2",
-                    "--lock", "local")
-    try:
+    with running("run", "--table", str(table), "--http", f"127.0.0.1:{port}", "--poll-interval", "0.2",
+                 "--lock", "local") as proc:
         deadline = time.monotonic() + 20
         while (get_or_none(port, "/readyz") or (None,))[0] != 200:
             assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[1][-2000:]
@@ -430,10 +424,6 @@ def test_status_command_reads_a_running_daemon(tmp_path: Path) -> None:
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=10)
         assert proc.returncode == 0, err[-2000:]
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        proc.communicate()
     missing = CliRunner().invoke(cli, ["status", "--http", f"127.0.0.1:{port}"])
     assert missing.exit_code == 1 and "no daemon answers" in missing.stderr
 

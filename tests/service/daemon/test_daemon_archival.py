@@ -41,7 +41,7 @@ from hoodied.service.cli.main import cli
 from hoodied.service.config import ConfigError, load_config
 from tests.executors.test_archival import SCHEMA, Built, write_commits
 from tests.executors.test_archival_mdt import V8, build, mdt_of
-from tests.helpers.daemon_procs import events, get, get_or_none, hoodied, stop, timeline, wait_for
+from tests.helpers.daemon_procs import events, get, get_or_none, hoodied, running, stop, timeline, wait_for
 from tests.helpers.mor_tables import hudi_rs_rows
 from tests.helpers.redis_server import RedisServer, free_port, redis_server  # noqa: F401  (fixture)
 
@@ -181,8 +181,7 @@ def test_v8_daemon_archives_data_and_metadata_table_as_the_command_does(
     port = free_port()
     config = settings_file(tmp_path / "hoodied.yaml", [root], policy(enabled=True),
                            http=f"127.0.0.1:{port}")
-    proc = hoodied("run", "--config", str(config))
-    try:
+    with running("run", "--config", str(config)) as proc:
         def archived() -> dict[str, Any] | None:
             answer = get_or_none(port, "/status")  # None until the daemon listens
             if answer is None:
@@ -193,10 +192,6 @@ def test_v8_daemon_archives_data_and_metadata_table_as_the_command_does(
         table = wait_for("the table archived", archived, 120, (proc,))
         metrics = get(port, "/metrics")[1]
         code, err = stop(proc)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
     assert code == 0, err[-3000:]
     document = archive_twin(twin)
     data_moved = [a["instant"] for a in document["archived"]]
@@ -279,11 +274,10 @@ def test_a_second_replica_never_archives_the_table_at_the_same_time(
                            lock={"url": redis_server.url, "wait_ms": 300, "retries": 0})
     ready, resume = tmp_path / "ready", tmp_path / "resume"
     # replica A stops inside its archival, the archive file written, holding the table lock
-    first = hoodied("run", "--config", str(config), "--once", env={
+    with running("run", "--config", str(config), "--once", env={
         "HOODIED_TEST_PAUSE_AT": "archive-log-written", "HOODIED_TEST_PAUSE_READY": str(ready),
         "HOODIED_TEST_PAUSE_UNTIL": str(resume),
-    })
-    try:
+    }) as first:
         wait_for("replica A inside its archival", ready.exists, 120, (first,))
         # replica B finds archival due, waits for the table lock and gives up: it wrote nothing
         archive_file = sorted(p.name for p in (built.root / ".hoodie" / "archived").iterdir())
@@ -295,10 +289,6 @@ def test_a_second_replica_never_archives_the_table_at_the_same_time(
         assert sorted(p.name for p in (built.root / ".hoodie").iterdir() if p.is_file()) == active_files
         resume.touch()
         _, err_a = first.communicate(timeout=120)
-    finally:
-        if first.poll() is None:
-            first.kill()
-            first.communicate()
     assert first.returncode == 0, err_a[-3000:]
     ended_a = [e for e in events(err_a) if e.get("event") == "job ended"]
     assert [e["outcome"] for e in archival_ends(ended_a)] == ["success"]

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from hoodied.hoodie.timeline.instant import Action, State
 from tests.executors.test_failed_writes import check_rolled_back, fail_a_write
-from tests.helpers.daemon_procs import get, hoodied, service_instants, stop, timeline, wait_for
+from tests.helpers.daemon_procs import get, running, service_instants, stop, timeline, wait_for
 from tests.helpers.fixtures import require_fixture, unzip_table
 from tests.helpers.mor_tables import hudi_rs_rows
 from tests.helpers.redis_server import free_port
@@ -35,8 +35,7 @@ def test_lazy_tables_have_failed_writes_rolled_back_before_their_clean(tmp_path:
         {"path": str(lazy), "policy": {"services": {"clean": {"failed_writes_policy": "LAZY"}}}},
         str(eager),
     ])
-    proc = hoodied("run", "--config", str(config))
-    try:
+    with running("run", "--config", str(config)) as proc:
         def cleaned(root: Path) -> bool:
             return any(i.state is State.COMPLETED for i in service_instants(root, Action.CLEAN))
 
@@ -44,10 +43,6 @@ def test_lazy_tables_have_failed_writes_rolled_back_before_their_clean(tmp_path:
         status = json.loads(get(port, "/status")[1])
         metrics = get(port, "/metrics")[1]
         code, err = stop(proc)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
     assert code == 0, err[-3000:]
     counted = {Path(tbl["path"]): tbl["failed_writes_rolled_back"] for tbl in status["tables"]}
     assert counted == {lazy: 1, eager: 0}

@@ -25,7 +25,7 @@ import pytest
 import yaml
 
 from hoodied.hoodie.timeline.instant import Action, State
-from tests.helpers.daemon_procs import events, get_or_none, hoodied, service_instants, stop, wait_for
+from tests.helpers.daemon_procs import events, get_or_none, running, service_instants, stop, wait_for
 from tests.helpers.mor_tables import hudi_rs_rows, pending_compaction_table
 from tests.helpers.redis_server import free_port
 
@@ -118,11 +118,10 @@ def test_a_full_then_read_only_disk_is_waited_out_and_the_compaction_completes(
     }))
     ready, resume = tmp_path / "paused", tmp_path / "resume"
     filler = _fill(disk)  # full before the daemon even starts
-    proc = hoodied("run", "--config", str(config), env={
+    with running("run", "--config", str(config), env={
         "HOODIED_TEST_PAUSE_AT": "inflight", "HOODIED_TEST_PAUSE_READY": str(ready),
         "HOODIED_TEST_PAUSE_UNTIL": str(resume),
-    })
-    try:
+    }) as proc:
         wait_for("jobs fail on the full disk", lambda: _outages(port) > MAX_ATTEMPTS, 120, (proc,))
         assert not ready.exists()  # nothing got as far as an attempt
         filler.unlink()
@@ -146,10 +145,6 @@ def test_a_full_then_read_only_disk_is_waited_out_and_the_compaction_completes(
         wait_for("the compaction completes by itself", completed, 180, (proc,))
         assert _status(port)["tables"][0]["last_outcomes"][0]["outcome"] == "success"
         code, err = stop(proc, timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
     assert code == 0, err[-3000:]
     ended = [e for e in events(err) if e.get("event") == "job ended"]
     # the attempt itself met the full disk in its Spark tasks: an outage too, never a failure

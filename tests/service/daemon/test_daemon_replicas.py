@@ -36,8 +36,8 @@ from tests.helpers.daemon_procs import (
     events,
     get,
     get_or_none,
-    hoodied,
     replicas_once,
+    running,
     service_instants,
     stop,
     timeline,
@@ -196,41 +196,32 @@ def test_a_killed_replicas_instant_is_taken_over_after_its_lease_expires(
                      defaults={"services": {"clean": {"schedule": False}, "compaction": {"schedule": False}}})
     ready = tmp_path / "paused"
     port_a, port_b = free_port(), free_port()
-    a = hoodied("run", "--config", str(config), "--http", f"127.0.0.1:{port_a}", env={
+    with running("run", "--config", str(config), "--http", f"127.0.0.1:{port_a}", env={
         "HOODIED_TEST_PAUSE_AT": pause_at, "HOODIED_TEST_PAUSE_READY": str(ready),
         "HOODIED_TEST_PAUSE_S": "300",
-    })
-    b = None
-    try:
+    }) as a:
         wait_for("replica A reaches the pause point", ready.exists, 120, (a,))
         assert service_instants(root, action)[0].state is State.INFLIGHT
-        b = hoodied("run", "--config", str(config), "--http", f"127.0.0.1:{port_b}")
+        with running("run", "--config", str(config), "--http", f"127.0.0.1:{port_b}") as b:
+            def b_sees_it_busy() -> bool:
+                got = get_or_none(port_b, "/status")
+                if got is None or got[0] != 200:
+                    return False
+                doc = json.loads(got[1])["tables"][0]
+                outcomes = {o["outcome"] for o in doc["last_outcomes"]}
+                statuses = {p["status"] for p in doc["pending"]}
+                return "claimed" in outcomes or bool(statuses & {"running-elsewhere", "held"})
 
-        def b_sees_it_busy() -> bool:
-            got = get_or_none(port_b, "/status")
-            if got is None or got[0] != 200:
-                return False
-            doc = json.loads(got[1])["tables"][0]
-            outcomes = {o["outcome"] for o in doc["last_outcomes"]}
-            statuses = {p["status"] for p in doc["pending"]}
-            return "claimed" in outcomes or bool(statuses & {"running-elsewhere", "held"})
+            wait_for("replica B sees the instant owned by A", b_sees_it_busy, 60, (b,))
+            assert service_instants(root, action)[0].state is State.INFLIGHT  # B did not touch it
+            a.send_signal(signal.SIGKILL)
+            a.communicate(timeout=30)
 
-        wait_for("replica B sees the instant owned by A", b_sees_it_busy, 60, (b,))
-        assert service_instants(root, action)[0].state is State.INFLIGHT  # B did not touch it
-        a.send_signal(signal.SIGKILL)
-        a.communicate(timeout=30)
+            def done() -> bool:
+                return service_instants(root, action)[0].state is State.COMPLETED
 
-        def done() -> bool:
-            return service_instants(root, action)[0].state is State.COMPLETED
-
-        wait_for("replica B completes the instant", done, 180, (b,))
-        code, err_b = stop(b)
-        b = None
-    finally:
-        for p in (a, b):
-            if p is not None and p.poll() is None:
-                p.kill()
-                p.communicate()
+            wait_for("replica B completes the instant", done, 180, (b,))
+            code, err_b = stop(b)
     assert code == 0, err_b[-3000:]
     ended = [e for e in events(err_b) if e.get("event") == "job ended" and e.get("kind") == "execute"]
     outcomes = [e["outcome"] for e in ended]
@@ -276,12 +267,6 @@ def test_redis_restarted_while_the_daemon_runs_nothing_is_corrupted_and_work_res
     config = _config(tmp_path / "hoodied.yaml", tables=[str(r) for r in roots], http=f"127.0.0.1:{port}",
                      lock={"url": redis_server.url, "wait_ms": 200, "retries": 1, "instant_lease_ms": 3000},
                      retry={"max_attempts": 2, "backoff_seconds": 0.05, "backoff_max_seconds": 0.2})
-    # every clean the daemon runs stops half-way through its deletes for 4 s
-    proc = hoodied("run", "--config", str(config), env={
-        "HOODIED_TEST_PAUSE_AT": "deletes-half", "HOODIED_TEST_PAUSE_READY": str(ready),
-        "HOODIED_TEST_PAUSE_S": "4",
-    })
-
     def status() -> dict[str, Any]:
         got = get_or_none(port, "/status")
         assert got is not None and got[0] == 200
@@ -290,7 +275,11 @@ def test_redis_restarted_while_the_daemon_runs_nothing_is_corrupted_and_work_res
     def new_cleans(root: Path) -> list[Instant]:
         return [i for i in service_instants(root, Action.CLEAN) if i.requested_time not in existing[root]]
 
-    try:
+    # every clean the daemon runs stops half-way through its deletes for 4 s
+    with running("run", "--config", str(config), env={
+        "HOODIED_TEST_PAUSE_AT": "deletes-half", "HOODIED_TEST_PAUSE_READY": str(ready),
+        "HOODIED_TEST_PAUSE_S": "4",
+    }) as proc:
         wait_for("a clean reaches its pause point", ready.exists, 60, (proc,))
         redis_server.stop()  # a job is in the middle of its deletes, holding its lease
 
@@ -320,10 +309,6 @@ def test_redis_restarted_while_the_daemon_runs_nothing_is_corrupted_and_work_res
                  120, (proc,))
         doc = status()
         code, err = stop(proc)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
     assert code == 0, err[-3000:]
     assert doc["tables_quarantined"] == 0
     for root in roots:

@@ -27,7 +27,7 @@ from obstore.store import S3Store
 from hoodied.hoodie.errors import FileAlreadyExistsError, StorageError, StorageFileNotFoundError
 from hoodied.hoodie.storage import LocalStorage
 from hoodied.service.daemon.jobs import is_storage_outage
-from tests.helpers.daemon_procs import events, get_or_none, hoodied, stop, wait_for
+from tests.helpers.daemon_procs import events, get_or_none, running, stop, wait_for
 from tests.helpers.fault_proxy import SLOW_DOWN, Fault, FaultProxy, fault_proxy  # noqa: F401  (fixture)
 from tests.helpers.fixtures import require_fixture, unzip_table
 from tests.helpers.object_servers import MotoServer, moto_server, s3_env, upload_tree  # noqa: F401  (fixtures)
@@ -79,8 +79,7 @@ def test_throttled_polls_and_writes_are_waited_out_without_quarantine(
     fault_proxy.fault = SLOW_DOWN
     env = {k: v for k, v in os.environ.items() if k.startswith("AWS_")}
     env["AWS_ENDPOINT_URL"] = fault_proxy.endpoint
-    proc = hoodied("run", "--config", str(config), env=env)
-    try:
+    with running("run", "--config", str(config), env=env) as proc:
         def status() -> dict[str, Any] | None:
             got = get_or_none(port, "/status")
             return yaml.safe_load(got[1]) if got is not None and got[0] == 200 else None
@@ -107,7 +106,6 @@ def test_throttled_polls_and_writes_are_waited_out_without_quarantine(
 
         fault_proxy.fault = None
         wait_for("both cleans done", lambda: all(_cleans(uri) for uri in tables), 120, (proc,))
-    finally:
         code, err = stop(proc, 60)
     assert code == 0, err[-3000:]
     logged = events(err)

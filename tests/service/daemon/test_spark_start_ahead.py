@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from hoodied.hoodie.timeline.instant import State
-from tests.helpers.daemon_procs import PROJECT, events, get_or_none, hoodied, wait_for
+from tests.helpers.daemon_procs import PROJECT, events, get_or_none, hoodied, running, wait_for
 from tests.helpers.fixtures import require_fixture, unzip_table
 from tests.helpers.mor_tables import hudi_rs_rows, pending_compaction_table
 from tests.helpers.redis_server import free_port
@@ -108,16 +108,12 @@ def test_the_first_compaction_finds_the_session_started_ahead(tmp_path: Path) ->
 def test_sigterm_while_the_session_starts_ahead_exits_cleanly(tmp_path: Path) -> None:
     root = unzip_table(require_fixture("cow/v9_txns_simple_nometa"), tmp_path / "t")  # nothing due
     port = free_port()
-    proc = hoodied("run", "--config", str(_config(tmp_path, [root], "local[1]", port)), env=AHEAD_ON,
-                   new_session=True)
-    try:
+    with running("run", "--config", str(_config(tmp_path, [root], "local[1]", port)), env=AHEAD_ON,
+                 new_session=True) as proc:
         wait_for("the local JVM launched", lambda: _java_children(proc.pid), 120, (proc,))
         status = _status(port)
         assert status is not None and status["engine"]["state"] == "starting", status
         code, seconds, err = _terminate_timed(proc)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
     assert code == 0, err[-3000:]
     assert seconds < GRACE_S + 2, seconds
     logged = events(err)

@@ -33,7 +33,7 @@ from hoodied.hoodie.timeline.instant import Action
 from hoodied.hoodie.timeline.truetime import TimeSettings
 from hoodied.hoodie.timeline.writer import TimelineWriter
 from hoodied.service.daemon.page import MAX_REFRESH_S, MIN_REFRESH_S, refresh_seconds, render_page
-from tests.helpers.daemon_procs import get, hoodied, stop, wait_for
+from tests.helpers.daemon_procs import get, running, stop, wait_for
 from tests.helpers.fixtures import require_fixture, unzip_table
 from tests.helpers.redis_server import RedisServer, free_port, redis_server  # noqa: F401  (fixture)
 
@@ -357,10 +357,9 @@ def test_a_real_daemon_s_page_in_headless_chromium(tmp_path: Path, redis_server:
     }))
     # the clean of the table with a metadata table stops once its metadata log block is written
     held = tmp_path / "held"
-    proc = hoodied("run", "--config", str(config), env={
+    with running("run", "--config", str(config), env={
         "HOODIED_TEST_PAUSE_AT": "mdt-log-written", "HOODIED_TEST_PAUSE_READY": str(held),
-        "HOODIED_TEST_PAUSE_S": "120"})
-    try:
+        "HOODIED_TEST_PAUSE_S": "120"}) as proc:
         def ready() -> dict[str, Any] | None:
             code, body = get(port, "/status") if held.exists() else (0, "")
             if code != 200:
@@ -385,7 +384,6 @@ def test_a_real_daemon_s_page_in_headless_chromium(tmp_path: Path, redis_server:
         taken = _browse(browser, tmp_path / "profile", f"--screenshot={shot}", "--window-size=1280,1400",
                         f"http://127.0.0.1:{port}/")
         assert taken.returncode == 0 and shot.exists(), taken.stderr[-3000:]
-    finally:
         code, err = stop(proc)
     assert code == 0, err[-3000:]
     assert _png_size(shot) == (1280, 1400)

@@ -284,10 +284,10 @@ def test_of_two_replicas_that_both_find_a_retry_due_only_one_runs_it(
     async def backoff() -> None:
         # both replicas read the quarantine while its retry is due, then both try to run it
         for d in replicas:
-            await d._sync_controls()
+            await d.controls.sync()
         assert all(d.tables[str(table)].stored_quarantine is not None for d in replicas)
         for d in replicas:
-            await d._retry_quarantined()
+            await d.controls.retry_quarantined()
         await anyio.sleep(0.1)  # the next retry comes due
 
     try:
@@ -317,12 +317,12 @@ def test_a_quarantine_back_soon_after_a_retry_released_it_keeps_backing_off(tmp_
     daemon.store = store
 
     async def retry_then_fail_again() -> None:
-        await daemon._sync_controls()
-        await daemon._retry_quarantined()  # the table reads: released
+        await daemon.controls.sync()
+        await daemon.controls.retry_quarantined()  # the table reads: released
         ts = daemon.tables[str(table)]
         assert ts.quarantine is None and ts.released_by_retry is not None
         daemon._quarantine(ts, "clean plan failed 3 times")
-        await daemon._flush()
+        await daemon.controls.flush()
 
     try:
         anyio.run(retry_then_fail_again)
