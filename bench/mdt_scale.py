@@ -1,42 +1,57 @@
-"""Metadata-table compaction at record-index scale: time and peak memory of one MDT compaction.
+"""Metadata-table compaction at record-index scale: time and peak memory, in the driver and as Spark tasks.
 
-Builds, under ``--workdir`` (reused when already built for the same key count), a metadata table
-(table version 9) with one ``record_index`` file group: a base HFile of ``--keys`` entries (default
-1,000,000) and ``--deltas`` delta commits (default 2), each a log file with an HFILE_DATA block
-updating 10 % of the keys and a DELETE block removing 1 % (``tests/hoodie/metadata/
-record_index_mdt.py``, hoodied's own writers). A pristine copy is kept; each run compacts a copy.
+For each key count of ``--keys`` (default 1,000,000; a comma-separated list measures how the figures
+scale), builds under ``--workdir`` (reused when already built) a metadata table (table version 9)
+whose ``record_index`` partition has ``--file-groups`` file groups (default 4): together a base
+HFile of that many entries and ``--deltas`` delta commits (default 2), each a log file per file
+group with an HFILE_DATA block updating 10 % of the keys and a DELETE block removing 1 %
+(``tests/hoodie/metadata/record_index_mdt.py``, hoodied's own writers). A pristine copy is kept;
+each run compacts a copy.
 
 Then, ``--repeats`` times (default 3), alternately, each in a fresh Python process (so that its
 peak memory is its own):
 
-* ``schedule_mdt_compaction`` + ``execute_mdt_compaction`` (the streaming merge and write) of a
-  fresh copy: ``seconds``, ``cpu_seconds`` and ``peak_rss_mb``; ``baseline_rss_mb`` is the same
-  process's RSS just before (the interpreter and its imports), so ``peak_rss_mb -
-  baseline_rss_mb`` is what the compaction added;
-* the reference (unless ``--no-reference``): the whole-slice path the compaction used before,
-  ``merge_file_slice`` + ``compacted_cells`` + ``encode_base_hfile`` over the same slice, written
-  to a local file: ``reference_seconds``, ``reference_cpu_seconds``, ``reference_peak_rss_mb``;
-  both write the same number of records (checked).
+* ``spark``: ``schedule_mdt_compaction`` + ``execute_mdt_compaction`` with
+  ``executors.engine.SparkOperations`` on a local session (``--spark``, default ``local[2]``),
+  one Spark task per MDT file group, as the executors run it. ``spark_seconds``; ``spark_cpu_seconds``
+  over the process tree (the driver, Spark's JVM and its Python workers: ``_measure.tree_cpu``);
+  ``spark_driver_peak_rss_mb``, the driver process's own ``VmHWM`` (``spark_driver_baseline_rss_mb``:
+  its RSS once the session is up, before the step); ``spark_worker_peak_rss_mb``, the highest
+  ``VmHWM`` among the session's Python worker processes at the end of the step (pyspark reuses
+  its workers, so the ones that ran the tasks are still there); ``spark_jvm_peak_rss_mb``. The
+  session is started, and its Python workers forked once by a job of empty tasks, before the
+  step: the daemon keeps one session for all its jobs;
+* ``driver``: the same compaction in the calling process, one file group after the other
+  (``hoodie.tasks.run_in_process``, what callers without a Spark session get): ``driver_seconds``,
+  ``driver_cpu_seconds`` (``getrusage(RUSAGE_SELF)``: the step starts no process),
+  ``driver_peak_rss_mb``;
+* the reference, for key counts up to ``--reference-max-keys`` (default 1,000,000; it holds a
+  whole slice in memory): the whole-slice path the compaction used before, ``merge_file_slice`` +
+  ``compacted_cells`` + ``encode_base_hfile`` of each slice in turn, written to a local file:
+  ``reference_seconds``, ``reference_cpu_seconds``, ``reference_peak_rss_mb``.
 
-CPU seconds are the measured process's own (``getrusage(RUSAGE_SELF)`` around the step, every
-thread; the step starts no process). Memory is the process's peak resident set size, its own
-``VmHWM`` (``/proc/self/status``), not a Python-allocation count. (``getrusage``'s
-``ru_maxrss`` would not do: Linux keeps it across ``execve``, so a child started by a parent
-that built a big table reports the parent's peak.) It prints ONE JSON line::
+All three write the same number of records (checked). Memory is a process's peak resident set
+size, its own ``VmHWM`` (``/proc/<pid>/status``), not a Python-allocation count (``getrusage``'s
+``ru_maxrss`` would not do: Linux keeps it across ``execve``). Each figure is the median over the
+repeats, with its ``_range`` (lowest, highest); ``speedup`` = ``driver_seconds`` /
+``spark_seconds`` of the same repeat (the parallelism across file groups), ``cpu_ratio`` = Spark
+CPU / driver CPU (the cost of the engine). Across key counts: ``spark_driver_peak_spread`` (highest /
+lowest driver peak - 1: the driver's memory does not depend on the number of keys) and
+``spark_us_per_key`` for each count (linear time: constant microseconds per key). It prints ONE
+JSON line::
 
-    {"keys": ..., "repeats": 3, "seconds": ..., "seconds_range": [lo, hi], "cpu_seconds": ...,
-     "peak_rss_mb": ..., "baseline_rss_mb": ..., "reference_seconds": ...,
-     "reference_cpu_seconds": ..., "reference_peak_rss_mb": ..., "ratio": ..., "cpu_ratio": ..., ...}
+    {"keys": [...], "file_groups": 4, "spark": "local[2]", "runs": [{"keys": ..., "spark_seconds": ...,
+     "spark_driver_peak_rss_mb": ..., "driver_seconds": ..., "reference_seconds": ..., ...}, ...],
+     "spark_driver_peak_spread": ..., "spark_us_per_key": [...], ...}
 
-Each figure is the median over the repeats, with its ``_range`` (lowest, highest); ``ratio`` /
-``cpu_ratio`` = streaming / whole-slice of the same repeat. On a busy machine the CPU figures are
-the robust ones.
+On a busy machine the CPU figures are the robust ones.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -45,46 +60,82 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the generator lives with the tests
 
-from _measure import Runs, figures, median_range, self_cpu  # noqa: E402
+from _measure import median_range, self_cpu, tree_cpu  # noqa: E402
 
 from hoodied.hoodie.properties import load_table_config  # noqa: E402
 from hoodied.hoodie.storage import LocalStorage  # noqa: E402
 from tests.hoodie.metadata.record_index_mdt import build_record_index_mdt  # noqa: E402
 
+_EMPTY = pa.schema([("op", pa.int64())])
 
-def _status_mb(field: str) -> float:
-    with open("/proc/self/status") as f:
+
+def _status_mb(field: str, pid: int | str = "self") -> float:
+    with open(f"/proc/{pid}/status") as f:
         for line in f:
             if line.startswith(f"{field}:"):
                 return int(line.split()[1]) / 1024  # kB
-    raise RuntimeError(f"no {field} in /proc/self/status")
+    raise RuntimeError(f"no {field} in /proc/{pid}/status")
 
 
-def _rss_mb() -> float:
-    return _status_mb("VmRSS")
+def _descendants() -> dict[int, str]:
+    """pid -> command name of every live descendant of this process."""
+    parents: dict[int, tuple[int, str]] = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as f:
+                raw = f.read()
+        except OSError:
+            continue
+        comm = raw[raw.index(b"(") + 1: raw.rindex(b")")].decode(errors="replace")
+        parents[int(entry.name)] = (int(raw[raw.rindex(b")") + 2:].split()[1]), comm)
+    out: dict[int, str] = {}
+    todo = [os.getpid()]
+    while todo:
+        pid = todo.pop()
+        for child, (ppid, comm) in parents.items():
+            if ppid == pid and child not in out:
+                out[child] = comm
+                todo.append(child)
+    return out
 
 
-def _peak_mb() -> float:
-    return _status_mb("VmHWM")
+def _peaks(kind: str) -> float:
+    """The highest ``VmHWM`` (MB) among live descendants whose command name starts with ``kind``."""
+    best = 0.0
+    for pid, comm in _descendants().items():
+        if comm.startswith(kind):
+            try:
+                best = max(best, _status_mb("VmHWM", pid))
+            except (OSError, RuntimeError):
+                continue
+    return best
 
 
-def _build(workdir: Path, keys: int, deltas: int) -> tuple[Path, float]:
-    pristine = workdir / f"pristine-{keys}-{deltas}"
-    done = pristine / "slice.json"
+def _build(workdir: Path, keys: int, deltas: int, groups: int) -> tuple[Path, float]:
+    pristine = workdir / f"pristine-{keys}-{deltas}-{groups}"
+    done = pristine / "slices.json"
     if done.exists():
         return pristine, 0.0
     if pristine.exists():
         shutil.rmtree(pristine)
     start = time.perf_counter()
-    m = build_record_index_mdt(pristine, keys, deltas=deltas)
+    m = build_record_index_mdt(pristine, keys, deltas=deltas, file_groups=groups)
     seconds = time.perf_counter() - start
-    done.write_text(json.dumps({"base": m.base_file, "logs": m.log_files, "version": m.table_version}))
+    done.write_text(json.dumps({"slices": m.slices, "version": m.table_version}))
     return pristine, seconds
 
 
-def _child_compact(table: Path) -> dict[str, Any]:
+def _noop(index: int, write_token: str) -> pa.RecordBatch:
+    return pa.RecordBatch.from_pylist([{"op": index}], schema=_EMPTY)
+
+
+def _compact(table: Path, runner: Any) -> dict[str, Any]:
     from hoodied.hoodie.locks import InProcessLock
     from hoodied.hoodie.metadata.compaction import execute_mdt_compaction, schedule_mdt_compaction
     from hoodied.hoodie.timeline.writer import TimelineWriter
@@ -93,121 +144,159 @@ def _child_compact(table: Path) -> dict[str, Any]:
     config = load_table_config(storage, metadata_table=True)
     lock = InProcessLock(str(table))
     writer = TimelineWriter(storage, config, lock)
-    baseline = _rss_mb()
-    start, cpu0 = time.perf_counter(), self_cpu()
     with lock:
         inst = schedule_mdt_compaction(writer, writer.new_instant_time())
         assert inst is not None, "nothing to compact"
-        result = execute_mdt_compaction(writer, inst.requested_time, config.version)
+        result = execute_mdt_compaction(writer, inst.requested_time, config.version, runner=runner)
+    return {"records": result.records, "base_file_bytes": sum(storage.size(p) for p in result.base_files),
+            "base_files": len(result.base_files)}
+
+
+def _child_driver(table: Path, master: str) -> dict[str, Any]:
+    from hoodied.hoodie.tasks import run_in_process
+
+    baseline = _status_mb("VmRSS")
+    start, cpu0 = time.perf_counter(), self_cpu()
+    out = _compact(table, run_in_process)
     seconds, cpu = time.perf_counter() - start, self_cpu() - cpu0
-    return {
-        "seconds": seconds,
-        "cpu_seconds": cpu,
-        "records": result.records,
-        "baseline_rss_mb": baseline,
-        "peak_rss_mb": _peak_mb(),
-        "base_file_bytes": storage.size(result.base_files[0]),
-    }
+    return {**out, "seconds": seconds, "cpu_seconds": cpu, "baseline_rss_mb": baseline,
+            "peak_rss_mb": _status_mb("VmHWM")}
 
 
-def _child_reference(table: Path) -> dict[str, Any]:
+def _child_spark(table: Path, master: str) -> dict[str, Any]:
+    from hoodied.executors.engine import SparkOperations, run_operations, spark_session
+
+    with spark_session(master) as session:
+        run_operations(session, 4, _noop, _EMPTY)  # the Python workers are up, as in a running daemon
+        baseline = _status_mb("VmRSS")
+        start, cpu0 = time.perf_counter(), tree_cpu()
+        out = _compact(table, SparkOperations(session))
+        seconds, cpu = time.perf_counter() - start, tree_cpu() - cpu0
+        workers, jvm = _peaks("python"), _peaks("java")
+    return {**out, "seconds": seconds, "cpu_seconds": cpu, "baseline_rss_mb": baseline,
+            "peak_rss_mb": _status_mb("VmHWM"), "worker_peak_rss_mb": workers, "jvm_peak_rss_mb": jvm}
+
+
+def _child_reference(table: Path, master: str) -> dict[str, Any]:
     from hoodied.hoodie.hfile.writer import encode_base_hfile
     from hoodied.hoodie.metadata.encode import metadata_schema_json
     from hoodied.hoodie.metadata.merge import compacted_cells, merge_file_slice
     from hoodied.hoodie.timeline.active import Timeline
 
-    slice_ = json.loads((table / "slice.json").read_text())
+    built = json.loads((table / "slices.json").read_text())
     storage = LocalStorage(str(table))
     config = load_table_config(storage, metadata_table=True)
     timeline = Timeline.load(storage, config)
-    version = slice_["version"]
-    baseline = _rss_mb()
+    version = built["version"]
+    baseline = _status_mb("VmRSS")
     start, cpu0 = time.perf_counter(), self_cpu()
-    merged = merge_file_slice(storage, timeline, slice_["base"], slice_["logs"])
-    cells = compacted_cells(merged.entries, version, "reference.hfile")
-    data = encode_base_hfile(cells, metadata_schema_json(version))
-    with tempfile.NamedTemporaryFile(dir=table, suffix=".hfile") as f:
-        f.write(data)
+    records = 0
+    for base, logs in built["slices"]:
+        merged = merge_file_slice(storage, timeline, base, logs)
+        cells = compacted_cells(merged.entries, version, "reference.hfile")
+        data = encode_base_hfile(cells, metadata_schema_json(version))
+        with tempfile.NamedTemporaryFile(dir=table, suffix=".hfile") as f:
+            f.write(data)
+        records += len(cells)
+        del merged, cells, data
     seconds, cpu = time.perf_counter() - start, self_cpu() - cpu0
-    return {
-        "seconds": seconds,
-        "cpu_seconds": cpu,
-        "records": len(cells),
-        "baseline_rss_mb": baseline,
-        "peak_rss_mb": _peak_mb(),
-    }
+    return {"seconds": seconds, "cpu_seconds": cpu, "records": records, "baseline_rss_mb": baseline,
+            "peak_rss_mb": _status_mb("VmHWM")}
 
 
-def _run_child(mode: str, table: Path) -> dict[str, Any]:
+_CHILDREN = {"driver": _child_driver, "spark": _child_spark, "reference": _child_reference}
+
+
+def _run_child(mode: str, table: Path, master: str) -> dict[str, Any]:
     out = subprocess.run(
-        [sys.executable, __file__, "--child", mode, "--table", str(table)],
-        check=True,
-        capture_output=True,
-        text=True,
+        [sys.executable, __file__, "--child", mode, "--table", str(table), "--spark", master],
+        check=False, capture_output=True, text=True,
     )
+    if out.returncode != 0:
+        raise SystemExit(f"{mode} run failed ({out.returncode}): {out.stderr[-3000:]}")
     return dict(json.loads(out.stdout.strip().splitlines()[-1]))
 
 
+def _measure_keys(args: argparse.Namespace, keys: int) -> dict[str, Any]:
+    pristine, build_seconds = _build(args.workdir, keys, args.deltas, args.file_groups)
+    table = args.workdir / "run"
+    runs: dict[str, list[dict[str, Any]]] = {"spark": [], "driver": [], "reference": []}
+    modes = ["spark", "driver"] if not args.no_driver else ["spark"]
+    with_reference = not args.no_reference and keys <= args.reference_max_keys
+    for _ in range(args.repeats):
+        for mode in modes:
+            if table.exists():
+                shutil.rmtree(table)
+            shutil.copytree(pristine, table)
+            runs[mode].append(_run_child(mode, table, args.spark))
+        if with_reference:
+            runs["reference"].append(_run_child("reference", pristine, args.spark))
+    records = runs["spark"][0]["records"]
+    for mode, done in runs.items():
+        if any(r["records"] != records for r in done):
+            raise SystemExit(f"record counts differ: spark {records}, {mode} {[r['records'] for r in done]}")
+    report: dict[str, Any] = {"keys": keys, "records": records, "base_files": runs["spark"][0]["base_files"]}
+    spark = runs["spark"]
+    median_range(report, "spark_seconds", [r["seconds"] for r in spark])
+    median_range(report, "spark_cpu_seconds", [r["cpu_seconds"] for r in spark])
+    median_range(report, "spark_driver_peak_rss_mb", [r["peak_rss_mb"] for r in spark], 1)
+    median_range(report, "spark_driver_baseline_rss_mb", [r["baseline_rss_mb"] for r in spark], 1)
+    median_range(report, "spark_worker_peak_rss_mb", [r["worker_peak_rss_mb"] for r in spark], 1)
+    median_range(report, "spark_jvm_peak_rss_mb", [r["jvm_peak_rss_mb"] for r in spark], 1)
+    for mode in ("driver", "reference"):
+        done = runs[mode]
+        if not done:
+            continue
+        median_range(report, f"{mode}_seconds", [r["seconds"] for r in done])
+        median_range(report, f"{mode}_cpu_seconds", [r["cpu_seconds"] for r in done])
+        median_range(report, f"{mode}_peak_rss_mb", [r["peak_rss_mb"] for r in done], 1)
+    if runs["driver"]:
+        pairs = list(zip(runs["driver"], spark, strict=True))
+        median_range(report, "speedup", [d["seconds"] / s["seconds"] for d, s in pairs])
+        median_range(report, "cpu_ratio", [s["cpu_seconds"] / d["cpu_seconds"] for d, s in pairs])
+    report.update(base_file_mb=round(spark[0]["base_file_bytes"] / 2**20, 1),
+                  build_seconds=round(build_seconds, 2))
+    shutil.rmtree(table, ignore_errors=True)
+    return report
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--keys", type=int, default=1_000_000)
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    parser.add_argument("--keys", default="1000000", help="key counts, comma-separated (default 1000000)")
     parser.add_argument("--deltas", type=int, default=2)
+    parser.add_argument("--file-groups", type=int, default=4)
+    parser.add_argument("--spark", default="local[2]", help="the Spark master of the spark runs")
     parser.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "hoodied-mdt-scale")
     parser.add_argument("--no-reference", action="store_true", help="skip the whole-slice reference")
+    parser.add_argument("--reference-max-keys", type=int, default=1_000_000,
+                        help="run the whole-slice reference only up to this many keys")
+    parser.add_argument("--no-driver", action="store_true", help="skip the in-process (driver) runs")
     parser.add_argument("--repeats", type=int, default=3, help="runs of each (default 3); medians and ranges")
-    parser.add_argument("--child", choices=("compact", "reference"), help=argparse.SUPPRESS)
+    parser.add_argument("--child", choices=sorted(_CHILDREN), help=argparse.SUPPRESS)
     parser.add_argument("--table", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        run = _child_compact if args.child == "compact" else _child_reference
-        print(json.dumps(run(args.table)))
+        print(json.dumps(_CHILDREN[args.child](args.table, args.spark)))
         return
     if args.repeats < 1:
         parser.error("--repeats must be at least 1")
-
+    key_counts = [int(k) for k in args.keys.split(",") if k.strip()]
     args.workdir.mkdir(parents=True, exist_ok=True)
-    pristine, build_seconds = _build(args.workdir, args.keys, args.deltas)
-    table = args.workdir / "run"
-    ours_runs, ref_runs = Runs(), Runs()
-    ours: list[dict[str, Any]] = []
-    refs: list[dict[str, Any]] = []
-    for _ in range(args.repeats):
-        if table.exists():
-            shutil.rmtree(table)
-        shutil.copytree(pristine, table)
-        ours.append(_run_child("compact", table))
-        ours_runs.wall.append(ours[-1]["seconds"])
-        ours_runs.cpu.append(ours[-1]["cpu_seconds"])
-        if not args.no_reference:
-            refs.append(_run_child("reference", pristine))
-            if refs[-1]["records"] != ours[-1]["records"]:
-                raise SystemExit(
-                    f"record counts differ: streaming {ours[-1]['records']}, reference {refs[-1]['records']}"
-                )
-            ref_runs.wall.append(refs[-1]["seconds"])
-            ref_runs.cpu.append(refs[-1]["cpu_seconds"])
+    runs = [_measure_keys(args, keys) for keys in key_counts]
+    peaks = [r["spark_driver_peak_rss_mb"] for r in runs]
     report: dict[str, Any] = {
-        "keys": args.keys,
+        "keys": key_counts,
+        "file_groups": args.file_groups,
         "deltas": args.deltas,
         "repeats": args.repeats,
-        "records": ours[0]["records"],
+        "spark": args.spark,
+        "runs": runs,
+        "spark_driver_peak_spread": round(max(peaks) / min(peaks) - 1, 3),
+        "spark_us_per_key": [round(r["spark_seconds"] / r["keys"] * 1e6, 2) for r in runs],
+        "spark_cpu_us_per_key": [round(r["spark_cpu_seconds"] / r["keys"] * 1e6, 2) for r in runs],
+        "memory": "VmHWM of each process (driver, Spark Python workers, JVM)",
+        "cpu": "spark: the process tree (tree_cpu); driver and reference: getrusage(RUSAGE_SELF)",
     }
-    if refs:
-        figures(report, "", ours_runs, ref_runs)
-        median_range(report, "reference_peak_rss_mb", [r["peak_rss_mb"] for r in refs], 1)
-        median_range(report, "reference_baseline_rss_mb", [r["baseline_rss_mb"] for r in refs], 1)
-    else:
-        median_range(report, "seconds", ours_runs.wall)
-        median_range(report, "cpu_seconds", ours_runs.cpu)
-    median_range(report, "peak_rss_mb", [r["peak_rss_mb"] for r in ours], 1)
-    median_range(report, "baseline_rss_mb", [r["baseline_rss_mb"] for r in ours], 1)
-    report.update(
-        base_file_mb=round(ours[0]["base_file_bytes"] / 2**20, 1),
-        build_seconds=round(build_seconds, 2),
-        memory="VmHWM of the compacting process",
-        cpu="getrusage(RUSAGE_SELF) of the measured process around the step",
-    )
-    shutil.rmtree(table)
     print(json.dumps(report))
 
 

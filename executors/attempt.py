@@ -41,6 +41,7 @@ from hoodied.hoodie.metadata.commit import require_commit_maintainable, write_co
 from hoodied.hoodie.metadata.encode import MetadataRecord
 from hoodied.hoodie.properties import TableConfig
 from hoodied.hoodie.storage import Storage
+from hoodied.hoodie.tasks import OperationRunner, run_in_process
 from hoodied.hoodie.timeline.active import Timeline
 from hoodied.hoodie.timeline.instant import Action, Instant, State
 from hoodied.hoodie.timeline.truetime import TimeSettings
@@ -176,6 +177,7 @@ def commit_attempt(
     time_settings: TimeSettings | None = None,
     record_index: Sequence[MetadataRecord] = (),
     check: Callable[[], None] | None = None,
+    mdt_runner: OperationRunner = run_in_process,
 ) -> None:
     """Complete ``attempt`` of ``result.instant`` with ``metadata`` (encoded by ``encode``; takes ``lock``).
 
@@ -184,7 +186,8 @@ def commit_attempt(
     not in ``result.write_stats`` are deleted (``result.removed``), ``check()`` runs (a refusal
     leaves the attempt inflight), the MDT delta commit T completes before T does, as in Hudi
     (readers ignore it until then), and ``result.instant`` becomes the completed T. The markers
-    go afterwards.
+    go afterwards. ``mdt_runner`` runs the operations of an MDT compaction the MDT upkeep runs
+    first (``SparkOperations`` of the attempt's session: one Spark task per MDT file group).
     """
     instant_time = result.instant.requested_time
     storage = attempt.storage  # every write and delete below is admitted by the fence
@@ -195,7 +198,8 @@ def commit_attempt(
         if check is not None:
             check()
         write_commit_to_metadata_table(storage, config, lock, instant_time, metadata,
-                                       time_settings=time_settings, record_index=record_index)
+                                       time_settings=time_settings, record_index=record_index,
+                                       runner=mdt_runner)
         lock.ensure_held()
         attempt.fence.check()
         result.instant = writer.complete(instant_time, action, encode(metadata, config.version))

@@ -77,7 +77,7 @@ from hoodied.executors.attempt import (
     run_attempt,
     start_attempt,
 )
-from hoodied.executors.engine import Progress
+from hoodied.executors.engine import Progress, SparkOperations
 from hoodied.hoodie.actions.clustering import (
     output_file_id,
     record_index_updates,
@@ -516,7 +516,8 @@ def execute_clustering(
         moved = _moved_keys(storage, config, instant_time, result.write_stats)
         commit_attempt(result, attempt, config, lock, writer, Action.CLUSTERING, metadata,
                        cm.encode_replace_commit_metadata, time_settings=time_settings, record_index=moved,
-                       check=lambda: require_no_conflict(Timeline.load(storage, config), inst, plan))
+                       check=lambda: require_no_conflict(Timeline.load(storage, config), inst, plan),
+                       mdt_runner=SparkOperations(session))
     finally:
         attempt.end()
     result.seconds = time.monotonic() - started

@@ -73,7 +73,7 @@ from hoodied.executors.attempt import (
     run_attempt,
     start_attempt,
 )
-from hoodied.executors.engine import Progress
+from hoodied.executors.engine import Progress, SparkOperations
 from hoodied.hoodie.actions.write_schema import write_schemas
 from hoodied.hoodie.basefile import (
     COMMIT_TIME,
@@ -374,7 +374,8 @@ def execute_compaction(
         result = CompactionResult(inst, [_write_stat(row) for row in sorted(rows, key=lambda r: r["op"])])
         metadata = cm.commit_metadata(by_partition(result.write_stats), COMPACT, table_schema, compacted=True)
         commit_attempt(result, attempt, config, lock, writer, Action.COMPACTION, metadata,
-                       cm.encode_commit_metadata, time_settings=time_settings)
+                       cm.encode_commit_metadata, time_settings=time_settings,
+                       mdt_runner=SparkOperations(session))
     finally:
         attempt.end()
     result.seconds = time.monotonic() - started

@@ -91,6 +91,7 @@ __all__ = [
     "Progress",
     "Session",
     "SparkJobError",
+    "SparkOperations",
     "connect_address",
     "connect_problem",
     "current_write_token",
@@ -669,6 +670,19 @@ def run_operations(
     if progress is not None:
         progress(count, count)
     return result.select(schema.names).cast(schema)
+
+
+@dataclass(frozen=True)
+class SparkOperations:
+    """``hoodie.tasks.OperationRunner`` on ``session``: the format library's per-operation work
+    (the operations of a metadata-table compaction, one per MDT file group) as one Spark job of
+    ``run_operations``, one task per operation, in parallel across the session's cores."""
+
+    session: SparkSession
+
+    def __call__(self, count: int, task: OperationTask, schema: pa.Schema, *,
+                 description: str = "") -> pa.Table:
+        return run_operations(self.session, count, task, schema, description=description)
 
 
 #: A progress callback: (operations done, operations in the job).

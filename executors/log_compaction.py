@@ -76,7 +76,7 @@ from hoodied.executors.attempt import (
     start_attempt,
 )
 from hoodied.executors.compaction import prepare_job as prepare_compaction_job
-from hoodied.executors.engine import Progress
+from hoodied.executors.engine import Progress, SparkOperations
 from hoodied.hoodie.actions.log_compaction import (
     LOG_COMPACTION_COMPACTOR,
     LOG_COMPACTION_OPERATION,
@@ -349,7 +349,8 @@ def execute_log_compaction(
         stats = by_partition(result.write_stats)
         metadata = cm.commit_metadata(stats, LOG_COMPACTION_OPERATION, table_schema, compacted=True)
         commit_attempt(result, attempt, config, lock, writer, Action.LOG_COMPACTION, metadata,
-                       cm.encode_commit_metadata, time_settings=time_settings)
+                       cm.encode_commit_metadata, time_settings=time_settings,
+                       mdt_runner=SparkOperations(session))
     finally:
         attempt.end()
     result.seconds = time.monotonic() - started

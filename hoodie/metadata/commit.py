@@ -94,6 +94,7 @@ from hoodied.hoodie.metadata.records import RecordType, partition_to_key
 from hoodied.hoodie.metadata.writer import MetadataWriter, require_mdt_maintainable
 from hoodied.hoodie.properties import TableConfig
 from hoodied.hoodie.storage import Storage
+from hoodied.hoodie.tasks import OperationRunner, run_in_process
 from hoodied.hoodie.timeline.active import Timeline
 from hoodied.hoodie.timeline.instant import Instant
 from hoodied.hoodie.timeline.truetime import TimeSettings
@@ -394,14 +395,16 @@ def write_commit_to_metadata_table(
     *,
     time_settings: TimeSettings | None = None,
     record_index: Sequence[MetadataRecord] = (),
+    runner: OperationRunner = run_in_process,
 ) -> Instant | None:
     """Write and complete the MDT delta commit of data commit ``instant_time`` (the caller holds
-    ``lock`` and completes the data instant right after); None for a table without an MDT."""
+    ``lock`` and completes the data instant right after); None for a table without an MDT.
+    ``runner``: who runs the operations of an MDT compaction the upkeep runs first (``hoodie.tasks``)."""
     if metadata_table_in_use(data_storage, data_config) is None:
         return None
     records = commit_mdt_records(data_storage, data_config, instant_time, commit_metadata,
                                  record_index=record_index)
-    writer = MetadataWriter(data_storage, data_config, lock, time_settings=time_settings)
+    writer = MetadataWriter(data_storage, data_config, lock, time_settings=time_settings, runner=runner)
     done = writer.write_deltacommit(instant_time, records, after_log=lambda: crash_point("mdt-log-written"))
     crash_point("mdt-done")
     return done

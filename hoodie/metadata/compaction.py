@@ -28,10 +28,17 @@ plan (metrics included) and the same cells, byte for byte, in all 14 base files.
 
 Each base file is merged and written as a stream (``merge.compact_file_slice`` into a
 ``BaseHFileWriter`` on the temp file of ``Storage.create_if_absent``), so memory does not grow
-with the file group (a record index has hundreds of millions of keys).
+with the file group (a record index has hundreds of millions of keys). Each planned slice is one
+operation (``hoodie.tasks``, ``MdtCompactionTask``): run in this process one after the other by
+default, or by the caller's runner as one engine task per MDT file group, in parallel, as Hudi
+runs ``HoodieCompactor.compact`` over the plan's operations. A task returns one small row; the
+driver builds the write stats and completes the instant, so its memory does not depend on the
+number of keys either.
 
 Re-running a compaction finishes it from its plan (a base file already written is kept: it was
-published whole, and only its trailer is read back). The caller holds the data table's lock.
+published whole, and only its trailer is read back). The caller holds the data table's lock;
+the driver checks it before the completion (tasks publish without it: a base file of a pending
+compaction is read by nobody, and a re-run keeps it).
 """
 
 from __future__ import annotations
@@ -42,8 +49,10 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
+import pyarrow as pa
+
 from hoodied.hoodie.crashpoints import crash_point
-from hoodied.hoodie.errors import HoodieFormatError, InstantStateError
+from hoodied.hoodie.errors import FileAlreadyExistsError, HoodieFormatError, InstantStateError
 from hoodied.hoodie.filenames import BaseFileName, make_write_token
 from hoodied.hoodie.fsview import FileSystemView, LogFile, list_storage
 from hoodied.hoodie.hfile.reader import HFileReader
@@ -53,6 +62,7 @@ from hoodied.hoodie.metadata.merge import CompactedSlice, compact_file_slice
 from hoodied.hoodie.metadata.rollback import latest_mdt_compaction
 from hoodied.hoodie.properties import TableConfig
 from hoodied.hoodie.storage import Storage
+from hoodied.hoodie.tasks import OperationRunner, run_in_process
 from hoodied.hoodie.timeline.active import Timeline, datetime_to_instant_time, instant_time_to_datetime
 from hoodied.hoodie.timeline.commit_metadata import write_stat
 from hoodied.hoodie.timeline.instant import Action, Instant, State
@@ -64,7 +74,10 @@ log = logging.getLogger(__name__)
 __all__ = [
     "DEFAULT_MAX_DELTA_COMMITS",
     "MAX_DELTA_COMMITS_KEY",
+    "RESULT_SCHEMA",
     "MdtCompactionResult",
+    "MdtCompactionTask",
+    "MdtOperation",
     "compaction_instant_time",
     "deltas_since_last_compaction",
     "execute_mdt_compaction",
@@ -176,8 +189,104 @@ class MdtCompactionResult:
     records: int = 0
 
 
-def execute_mdt_compaction(mdt: TimelineWriter, instant_time: str, table_version: int) -> MdtCompactionResult:
-    """Run the MDT compaction ``instant_time`` from its requested plan to ``C_<completion>.commit``."""
+#: What the task of one operation returns: the base file it published (``path`` empty when it
+#: published none), its record count and size, and how many log files it merged.
+RESULT_SCHEMA = pa.schema([
+    ("op", pa.int64()),
+    ("partition", pa.string()),
+    ("file_id", pa.string()),
+    ("path", pa.string()),
+    ("records", pa.int64()),
+    ("size", pa.int64()),
+    ("log_count", pa.int64()),
+])
+
+
+@dataclass(frozen=True, slots=True)
+class MdtOperation:
+    """One planned MDT file slice (paths relative to the MDT)."""
+
+    partition: str
+    file_id: str
+    base: str | None
+    logs: tuple[str, ...]
+    existing: str | None
+    """The name of the base file a crashed attempt of this compaction published, if any."""
+
+
+@dataclass(frozen=True, slots=True)
+class MdtCompactionTask:
+    """The per-operation work of one MDT compaction (``hoodie.tasks``): merge slice ``index`` into
+    its new base file and publish it. Pickled to the engine's tasks with the MDT's ``Storage``
+    (fenced when the data instant's attempt is) and the MDT timeline as the driver loaded it."""
+
+    storage: Storage
+    timeline: Timeline
+    instant_time: str
+    table_version: int
+    operations: tuple[MdtOperation, ...]
+
+    def __call__(self, index: int, write_token: str) -> pa.RecordBatch:
+        # The name does not take the engine's write token: an MDT compaction has no markers to
+        # reconcile, so a retried or duplicate task attempt must collide with the file of the
+        # first (write-once create) instead of leaving a second base file of the same group.
+        del write_token
+        op = self.operations[index]
+        storage = self.storage
+        name = op.existing
+        if name is not None:  # a crashed attempt published it whole; keep it
+            count = HFileReader.open(storage, f"{op.partition}/{name}", where=name).entry_count
+        else:
+            name = BaseFileName(op.file_id, make_write_token(index, 1, index), self.instant_time,
+                                "hfile").format()
+            try:
+                done = _write_base_file(storage, self.timeline, op.base, list(op.logs),
+                                        f"{op.partition}/{name}", self.table_version)
+            except FileAlreadyExistsError:  # another attempt of this operation published it first
+                count = HFileReader.open(storage, f"{op.partition}/{name}", where=name).entry_count
+            else:
+                if done is None:
+                    # Hudi 1.0 writes nothing for a slice whose logs hold no record (1.1 does)
+                    log.info("%s/%s: nothing to compact into %s", storage.base_uri, op.partition, op.file_id)
+                    return _result_row(index, op, "", 0, 0)
+                count = done.records
+                crash_point("mdt-compaction-base-written")
+                log.info("%s/%s: compacted base file written (%d records from %d log files)",
+                         storage.base_uri, f"{op.partition}/{name}", count, len(op.logs))
+        return _result_row(index, op, name, count, storage.size(f"{op.partition}/{name}"))
+
+
+def _result_row(index: int, op: MdtOperation, name: str, records: int, size: int) -> pa.RecordBatch:
+    return pa.RecordBatch.from_pylist(
+        [{"op": index, "partition": op.partition, "file_id": op.file_id,
+          "path": f"{op.partition}/{name}" if name else "", "records": records, "size": size,
+          "log_count": len(op.logs)}],
+        schema=RESULT_SCHEMA,
+    )
+
+
+def _published(storage: Storage, partitions: set[str], instant_time: str) -> dict[tuple[str, str], str]:
+    """(partition, file id) -> the base file of ``instant_time`` already there (one listing per partition)."""
+    out: dict[tuple[str, str], str] = {}
+    for partition in sorted(partitions):
+        for info in storage.list(partition):
+            b = BaseFileName.parse(info.name)
+            if b is not None and b.instant_time == instant_time:
+                out.setdefault((partition, b.file_id), info.name)
+    return out
+
+
+def execute_mdt_compaction(mdt: TimelineWriter, instant_time: str, table_version: int, *,
+                           runner: OperationRunner = run_in_process) -> MdtCompactionResult:
+    """Run the MDT compaction ``instant_time`` from its requested plan to ``C_<completion>.commit``.
+
+    Each planned slice is one operation of ``runner`` (``hoodie.tasks``: in this process by
+    default, or one engine task per MDT file group), which merges and publishes its base file
+    and returns one small row; this driver keeps the plan, the write stats and the completion,
+    so its memory does not depend on the size of the index. The lock is checked here, before
+    the completion: a task cannot hold it, and a base file published under a lost lock is
+    never referenced (a re-run keeps it: it is whole, with the records a re-run would write).
+    """
     storage = mdt.storage
     timeline = Timeline.load(storage, mdt.config)
     inst = timeline.get(instant_time)
@@ -189,39 +298,42 @@ def execute_mdt_compaction(mdt: TimelineWriter, instant_time: str, table_version
     plan = timeline.read_plan(inst) or {}
     mdt.transition_to_inflight(instant_time, Action.COMPACTION)
     crash_point("mdt-compaction-inflight")
-    stats: dict[str, list[dict[str, Any]]] = {}
-    for index, op in enumerate(plan.get("operations") or []):
+    planned = list(plan.get("operations") or [])
+    published = _published(storage, {str(op["partitionPath"]) for op in planned}, instant_time)
+    operations = []
+    for op in planned:
         partition, file_id = str(op["partitionPath"]), str(op["fileId"])
-        base = f"{partition}/{op['dataFilePath']}" if op.get("dataFilePath") else None
-        logs = [f"{partition}/{name}" for name in op.get("deltaFilePaths") or []]
-        existing = [i.name for i in storage.list(partition)
-                    if (b := BaseFileName.parse(i.name)) is not None
-                    and b.file_id == file_id and b.instant_time == instant_time]
-        if existing:  # a crashed attempt published it whole; keep it
-            name = existing[0]
-            count = HFileReader.open(storage, f"{partition}/{name}", where=name).entry_count
-        else:
-            name = BaseFileName(file_id, make_write_token(index, 1, index), instant_time, "hfile").format()
-            done = _write_base_file(mdt, timeline, base, logs, f"{partition}/{name}", table_version)
-            if done is None:
-                # Hudi 1.0 writes nothing for a slice whose logs hold no record (1.1 does)
-                log.info("%s/%s: nothing to compact into %s", storage.base_uri, partition, file_id)
-                continue
-            count = done.records
-            crash_point("mdt-compaction-base-written")
-            log.info("%s/%s: compacted base file written (%d records from %d log files)",
-                     storage.base_uri, f"{partition}/{name}", count, len(logs))
-        size = storage.size(f"{partition}/{name}")
-        result.base_files.append(f"{partition}/{name}")
+        operations.append(MdtOperation(
+            partition, file_id,
+            f"{partition}/{op['dataFilePath']}" if op.get("dataFilePath") else None,
+            tuple(f"{partition}/{name}" for name in op.get("deltaFilePaths") or []),
+            published.get((partition, file_id)),
+        ))
+    task = MdtCompactionTask(storage, timeline, instant_time, table_version, tuple(operations))
+    rows = runner(len(operations), task, RESULT_SCHEMA,
+                  description=f"MDT compaction {instant_time} of {storage.base_uri}").to_pylist()
+    by_op = {int(r["op"]): r for r in rows}
+    if sorted(by_op) != list(range(len(operations))):
+        raise InstantStateError(
+            f"{storage.base_uri}: MDT compaction {instant_time}: results for {len(by_op)} of "
+            f"{len(operations)} operations")
+    stats: dict[str, list[dict[str, Any]]] = {}
+    for index, op in enumerate(planned):  # the plan's order, whatever order the tasks ended in
+        row = by_op[index]
+        if not row["path"]:
+            continue
+        partition, file_id, count = str(row["partition"]), str(row["file_id"]), int(row["records"])
+        base = operations[index].base
+        result.base_files.append(str(row["path"]))
         result.records += count
         stat = write_stat(
-            file_id=file_id, path=f"{partition}/{name}", partition_path=partition,
+            file_id=file_id, path=str(row["path"]), partition_path=partition,
             prev_commit=str(op.get("baseInstantTime") or "null") if base else "null",
             num_writes=count, num_inserts=count if base is None else 0,
-            num_updates=count if base is not None else 0, file_size=size,
+            num_updates=count if base is not None else 0, file_size=int(row["size"]),
             prev_base_file=op.get("dataFilePath"),
         )
-        stat["totalLogFilesCompacted"] = len(logs)
+        stat["totalLogFilesCompacted"] = int(row["log_count"])
         stat["totalLogSizeCompacted"] = int(op.get("metrics", {}).get("TOTAL_LOG_FILES_SIZE", 0))
         stats.setdefault(partition, []).append(stat)
     metadata = {
@@ -231,18 +343,18 @@ def execute_mdt_compaction(mdt: TimelineWriter, instant_time: str, table_version
         "version": None,
         "operationType": "COMPACT",
     }
+    mdt.lock.ensure_held()  # the tasks published without the lock: nothing refers to their files yet
     result.instant = mdt.complete(instant_time, Action.COMPACTION, metadata)
     log.info("%s: MDT compaction %s completed (%d base files)", storage.base_uri, instant_time,
              len(result.base_files))
     return result
 
 
-def _write_base_file(mdt: TimelineWriter, timeline: Timeline, base: str | None, logs: list[str],
+def _write_base_file(storage: Storage, timeline: Timeline, base: str | None, logs: list[str],
                      path: str, table_version: int) -> CompactedSlice | None:
     """Merge one slice into the new base file ``path``, streamed to a temp file and published
     whole; ``None`` (nothing published) for a table version 8 slice without base file whose
     logs hold no record."""
-    storage = mdt.storage
     name = path.rsplit("/", 1)[-1]
     with storage.create_if_absent(path) as out:
         with open(out.path, "wb") as f:
@@ -251,7 +363,6 @@ def _write_base_file(mdt: TimelineWriter, timeline: Timeline, base: str | None, 
             writer.close()
         if base is None and not done.log_keys and table_version < 9:
             return None  # leaving the block drops the temp file
-        mdt.lock.ensure_held()
         out.commit()
     return done
 

@@ -63,6 +63,7 @@ from hoodied.hoodie.metadata.rollback import latest_mdt_compaction
 from hoodied.hoodie.plan_files import plan_path, plan_relative_path
 from hoodied.hoodie.properties import TableConfig
 from hoodied.hoodie.storage import Storage
+from hoodied.hoodie.tasks import OperationRunner, run_in_process
 from hoodied.hoodie.timeline.active import Timeline
 from hoodied.hoodie.timeline.instant import Action, Instant, latest_commits_to_retain
 from hoodied.hoodie.timeline.writer import TimelineWriter
@@ -276,9 +277,11 @@ def clean_if_necessary(mdt: TimelineWriter, retained: int = _DEFAULT_RETAINED) -
 
 
 def compact_if_necessary(
-    mdt: TimelineWriter, data: Timeline, data_config: TableConfig, *, max_deltas: int | None = None
+    mdt: TimelineWriter, data: Timeline, data_config: TableConfig, *, max_deltas: int | None = None,
+    runner: OperationRunner = run_in_process,
 ) -> tuple[Instant | None, str]:
-    """``compactIfNecessary``: (the completed MDT compaction or None, why)."""
+    """``compactIfNecessary``: (the completed MDT compaction or None, why); ``runner`` runs its
+    per-file-group operations (``execute_mdt_compaction``)."""
     timeline = Timeline.load(mdt.storage, mdt.config)
     count, since = deltas_since_last_compaction(timeline)
     limit = max_delta_commits(data_config, max_deltas)
@@ -291,7 +294,7 @@ def compact_if_necessary(
     inst = schedule_mdt_compaction(mdt, when)
     if inst is None:
         return None, f"{why}, but no MDT file slice has log files completed before {when}"
-    result = execute_mdt_compaction(mdt, when, data_config.version)
+    result = execute_mdt_compaction(mdt, when, data_config.version, runner=runner)
     return result.instant, why
 
 
@@ -302,12 +305,14 @@ def maintain(
     *,
     max_deltas: int | None = None,
     retained: int = _DEFAULT_RETAINED,
+    runner: OperationRunner = run_in_process,
 ) -> UpkeepResult:
-    """``performTableServices`` on the MDT of a data table (see the module docstring)."""
+    """``performTableServices`` on the MDT of a data table (see the module docstring). ``runner``
+    runs the MDT compactions' per-file-group operations (``hoodie.tasks``; default: this process)."""
     result = UpkeepResult()
     timeline = Timeline.load(mdt.storage, mdt.config)
     for pending in timeline.pending((Action.COMPACTION,)):
-        execute_mdt_compaction(mdt, pending.requested_time, data_config.version)
+        execute_mdt_compaction(mdt, pending.requested_time, data_config.version, runner=runner)
         result.compactions.append(pending.requested_time)
     timeline = Timeline.load(mdt.storage, mdt.config)
     if not timeline.completed((Action.DELTA_COMMIT,)):
@@ -316,7 +321,7 @@ def maintain(
     if clean is not None:
         result.cleans.append(clean.requested_time)
     data = Timeline.load(data_storage, data_config)
-    done, why = compact_if_necessary(mdt, data, data_config, max_deltas=max_deltas)
+    done, why = compact_if_necessary(mdt, data, data_config, max_deltas=max_deltas, runner=runner)
     if done is not None:
         result.compactions.append(done.requested_time)
     result.why_not_compacted = "" if done is not None else why

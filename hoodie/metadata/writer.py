@@ -31,7 +31,9 @@ MDT upkeep (``hoodie.metadata.upkeep.maintain``): before the delta commit T is w
 compactions are finished, then an MDT clean and an MDT compaction run when due (Hudi runs
 ``performTableServices`` at the same point: when the data writer of T sets up its MDT writer).
 ``upkeep=False`` turns that off; ``max_delta_commits`` overrides
-``hoodie.metadata.compact.max.delta.commits`` (else the data table's property, else 10).
+``hoodie.metadata.compact.max.delta.commits`` (else the data table's property, else 10);
+``runner`` runs an MDT compaction's per-file-group operations (``hoodie.tasks``: in this process
+by default; the executors pass their Spark session's, one task per MDT file group).
 
 Which MDT partitions get which records is the caller's business (``metadata.encode``,
 ``metadata.colstats``, ``metadata.clean``, ``metadata.commit``); ``unmaintained_partitions`` tells which MDT
@@ -73,6 +75,7 @@ from hoodied.hoodie.metadata.rollback import rollback_mdt_deltacommit
 from hoodied.hoodie.metadata.upkeep import UpkeepResult, maintain
 from hoodied.hoodie.properties import TableConfig, load_table_config
 from hoodied.hoodie.storage import Storage
+from hoodied.hoodie.tasks import OperationRunner, run_in_process
 from hoodied.hoodie.timeline.active import Timeline
 from hoodied.hoodie.timeline.commit_metadata import write_stat
 from hoodied.hoodie.timeline.instant import Action, Instant, State
@@ -115,6 +118,7 @@ class MetadataWriter:
         time_settings: TimeSettings | None = None,
         upkeep: bool = True,
         max_delta_commits: int | None = None,
+        runner: OperationRunner = run_in_process,
     ) -> None:
         if data_config.version not in (8, 9):
             raise UnsupportedTableError(
@@ -133,6 +137,7 @@ class MetadataWriter:
         )
         self.upkeep = upkeep
         self.max_delta_commits = max_delta_commits
+        self.runner = runner
         self.last_upkeep: UpkeepResult | None = None
 
     @property
@@ -198,7 +203,7 @@ class MetadataWriter:
         # the MDT's own services first, as Hudi runs them when the data writer sets up its MDT writer
         if self.upkeep:
             self.last_upkeep = maintain(self.timeline, self.data_storage, self.data_config,
-                                        max_deltas=self.max_delta_commits)
+                                        max_deltas=self.max_delta_commits, runner=self.runner)
         # a retry: roll back what an earlier attempt left (Hudi: writeClient.rollback(T), new time)
         rollback_mdt_deltacommit(self.timeline, instant_time)
         self.timeline.create_requested(Action.DELTA_COMMIT, instant_time, None)

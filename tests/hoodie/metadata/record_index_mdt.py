@@ -5,14 +5,18 @@ its metadata tables), an initial delta commit that wrote the base HFile of ``key
 entries (streamed with ``BaseHFileWriter``), then ``deltas`` delta commits whose log file holds
 an HFILE_DATA block updating a share of the keys (a new data file for each) and a DELETE block.
 The base file and the log blocks use ``block_size`` for their HFile blocks, so a small size
-gives a file slice of many blocks from few keys.
+gives a file slice of many blocks from few keys. With ``file_groups`` > 1 the sorted keys are
+split into that many contiguous ranges, one file group each (a base file, and one log file per
+delta commit): a compaction does not route keys, and this spares hashing every key in Python
+(Hudi routes by ``file_group_index``, so lookups by key would need that routing).
 """
 
 from __future__ import annotations
 
+import bisect
 import random
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -76,6 +80,8 @@ class RecordIndexMdt:
     table_version: int
     base_file: str  # relative to the MDT
     log_files: list[str]
+    slices: list[tuple[str, list[str]]] = field(default_factory=list)
+    """(base file, log files) of every file group, the first one's being ``base_file``, ``log_files``."""
 
 
 def record_keys(n: int, seed: int = 7) -> list[str]:
@@ -103,6 +109,7 @@ def build_record_index_mdt(
     delete_share: float = 0.01,
     block_size: int = DEFAULT_BLOCK_SIZE,
     seed: int = 7,
+    file_groups: int = 1,
 ) -> RecordIndexMdt:
     """Write the MDT under ``root`` (its ``.hoodie`` and ``record_index`` folders)."""
     storage = LocalStorage(str(root))
@@ -116,6 +123,14 @@ def build_record_index_mdt(
     schema_json = metadata_schema_json(table_version)
     all_keys = record_keys(keys, seed)
     file_ids = _data_file_ids(64, seed)
+    groups = max(1, file_groups)
+    starts = [len(all_keys) * g // groups for g in range(groups)]  # index of each group's first key
+    bounds = [all_keys[i] for i in starts[1:] if i < len(all_keys)]
+
+    def group_of(key: str) -> int:
+        return bisect.bisect_right(bounds, key)
+
+    fids = [FILE_ID if g == 0 else f"record-index-{g:04d}-0" for g in range(groups)]
     md = {
         "partitionToWriteStats": {},
         "compacted": False,
@@ -127,28 +142,32 @@ def build_record_index_mdt(
         init = timeline.new_instant_time()
         timeline.create_requested(Action.DELTA_COMMIT, init, None)
         timeline.transition_to_inflight(init, Action.DELTA_COMMIT, md)
-        base_name = BaseFileName(FILE_ID, make_write_token(0, 0, 0), init, "hfile").format()
         millis = _now_millis()
-        values = {
+        plain = {
             (p, f): record_index_value(p, f, millis, table_version)
             for p in _DATA_PARTITIONS
             for f in file_ids
         }
-        if table_version < 9:  # Hudi 1.0 names the file in every base value
-            values = {k: with_file_name(v, base_name) for k, v in values.items()}
-        target = root / PARTITION / base_name
         storage.put_if_absent(
             f"{PARTITION}/.hoodie_partition_metadata", partition_metadata_text(init, 1, now).encode("utf-8")
         )
-        with open(target, "wb") as f:
-            writer = BaseHFileWriter(schema_json, block_size=block_size, create_time_ms=millis, sink=f)
-            for i, key in enumerate(all_keys):
-                writer.append(key, values[(_DATA_PARTITIONS[i % 4], file_ids[i % len(file_ids)])])
-            writer.close()
+        base_names = []
+        for g in range(groups):
+            base_name = BaseFileName(fids[g], make_write_token(g, 0, 0), init, "hfile").format()
+            base_names.append(base_name)
+            values = plain
+            if table_version < 9:  # Hudi 1.0 names the file in every base value
+                values = {k: with_file_name(v, base_name) for k, v in plain.items()}
+            end = starts[g + 1] if g + 1 < groups else len(all_keys)
+            with open(root / PARTITION / base_name, "wb") as f:
+                writer = BaseHFileWriter(schema_json, block_size=block_size, create_time_ms=millis, sink=f)
+                for i in range(starts[g], end):
+                    writer.append(all_keys[i], values[(_DATA_PARTITIONS[i % 4], file_ids[i % len(file_ids)])])
+                writer.close()
         timeline.complete(init, Action.DELTA_COMMIT, md)
 
         rng = random.Random(seed + 1)
-        logs = []
+        logs: list[list[str]] = [[] for _ in range(groups)]
         for d in range(deltas):
             instant = timeline.new_instant_time()
             timeline.create_requested(Action.DELTA_COMMIT, instant, None)
@@ -156,29 +175,38 @@ def build_record_index_mdt(
             millis = _now_millis()
             updated = sorted(rng.sample(all_keys, int(len(all_keys) * update_share)))
             new_file = _data_file_ids(1, seed + 100 + d)[0]
-            cells = [
-                (
-                    k,
-                    encode_value(
-                        record_index_record(k, _DATA_PARTITIONS[d % 4], new_file, millis), table_version
-                    ),
-                )
-                for k in updated
-            ]
+            updated_by_group: list[list[str]] = [[] for _ in range(groups)]
+            for k in updated:
+                updated_by_group[group_of(k)].append(k)
             header = {HeaderKey.INSTANT_TIME: instant, HeaderKey.SCHEMA: schema_json}
-            blocks = [
-                encode_block(
-                    BlockType.HFILE_DATA,
-                    header,
-                    encode_log_block_hfile(cells, schema_json, block_size=block_size, create_time_ms=millis),
-                )
-            ]
             gone = rng.sample(all_keys, int(len(all_keys) * delete_share))
-            if gone:
-                deletes = [DeleteRecord(k, PARTITION, 0, "IntWrapper") for k in gone]
-                blocks.append(encode_block(BlockType.DELETE, header, encode_delete_block(deletes)))
-            name = LogFileName(FILE_ID, instant, 1, make_write_token(d, 0, 0)).format()
-            write_log_file(storage, f"{PARTITION}/{name}", blocks)
-            logs.append(f"{PARTITION}/{name}")
+            gone_by_group: list[list[str]] = [[] for _ in range(groups)]
+            for k in gone:
+                gone_by_group[group_of(k)].append(k)
+            for g in range(groups):
+                cells = [
+                    (
+                        k,
+                        encode_value(
+                            record_index_record(k, _DATA_PARTITIONS[d % 4], new_file, millis), table_version
+                        ),
+                    )
+                    for k in updated_by_group[g]
+                ]
+                blocks = [
+                    encode_block(
+                        BlockType.HFILE_DATA,
+                        header,
+                        encode_log_block_hfile(cells, schema_json, block_size=block_size,
+                                               create_time_ms=millis),
+                    )
+                ]
+                if gone_by_group[g]:
+                    deletes = [DeleteRecord(k, PARTITION, 0, "IntWrapper") for k in gone_by_group[g]]
+                    blocks.append(encode_block(BlockType.DELETE, header, encode_delete_block(deletes)))
+                name = LogFileName(fids[g], instant, 1, make_write_token(d, 0, g)).format()
+                write_log_file(storage, f"{PARTITION}/{name}", blocks)
+                logs[g].append(f"{PARTITION}/{name}")
             timeline.complete(instant, Action.DELTA_COMMIT, md)
-    return RecordIndexMdt(root, storage, config, timeline, table_version, f"{PARTITION}/{base_name}", logs)
+    slices = [(f"{PARTITION}/{base_names[g]}", logs[g]) for g in range(groups)]
+    return RecordIndexMdt(root, storage, config, timeline, table_version, slices[0][0], slices[0][1], slices)
