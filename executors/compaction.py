@@ -96,7 +96,7 @@ from hoodied.hoodie.merge import MergeSpec
 from hoodied.hoodie.metadata.commit import COMPACT
 from hoodied.hoodie.plan_files import operation_slice
 from hoodied.hoodie.properties import TableConfig
-from hoodied.hoodie.reader import read_file_slice
+from hoodied.hoodie.reader import BlockRecords, block_key, read_file_slice
 from hoodied.hoodie.storage import Storage
 from hoodied.hoodie.table import HoodieTable
 from hoodied.hoodie.timeline import commit_metadata as cm
@@ -159,8 +159,13 @@ class CompactionJob:
         return compact_operation(self, index, write_token)
 
 
-def _log_counts(job: CompactionJob, file_slice: FileSlice, commits: CommitState) -> dict[str, int]:
-    """Committed blocks and records of the slice's log files, and the rollback command blocks."""
+def _log_counts(
+    job: CompactionJob, file_slice: FileSlice, commits: CommitState, decoded: BlockRecords
+) -> dict[str, int]:
+    """Committed blocks and records of the slice's log files, and the rollback command blocks.
+
+    ``decoded``: record counts of the delete blocks the read already decoded (not decoded again).
+    """
     blocks = records = rollbacks = 0
     for lf in file_slice.log_files:
         for block in read_log_blocks(job.storage, lf.path, ignorable=lambda t: not commits.is_committed(t)):
@@ -173,7 +178,8 @@ def _log_counts(job: CompactionJob, file_slice: FileSlice, commits: CommitState)
                 continue
             blocks += 1
             if block.block_type is BlockType.DELETE:
-                records += len(delete_block_records(block))
+                known = decoded.get(block_key(block))
+                records += known if known is not None else len(delete_block_records(block))
             elif block.block_type is BlockType.AVRO_DATA:  # int32 version, int32 record count
                 head = job.storage.read_range(block.path, block.content_offset, 8)
                 records += int.from_bytes(head[4:8], "big", signed=True)
@@ -189,9 +195,10 @@ def compact_operation(job: CompactionJob, index: int, write_token: str) -> pa.Re
     path = f"{s.partition}/{name}" if s.partition else name
     commits = CommitState(job.timeline, job.config)
     started = time.monotonic()
+    decoded: BlockRecords = {}
     batches = read_file_slice(
         job.storage, s, job.config, job.timeline, job.schema, commits=commits,
-        spec=MergeSpec.for_table(job.config),
+        spec=MergeSpec.for_table(job.config), block_records=decoded,
     )
     first = next(batches, None)  # the log records are read and merged before the first batch
     read_ms = int((time.monotonic() - started) * 1000)
@@ -235,7 +242,7 @@ def compact_operation(job: CompactionJob, index: int, write_token: str) -> pa.Re
         "total_log_size": sum(lf.size for lf in s.log_files),
         "log_read_ms": read_ms,
         "upsert_ms": int((time.monotonic() - started) * 1000),
-        **_log_counts(job, s, commits),
+        **_log_counts(job, s, commits, decoded),
     }
     row["total_updated_records_compacted"] = row["total_log_records"]
     return pa.RecordBatch.from_pylist([row], schema=STATS_SCHEMA)

@@ -188,16 +188,17 @@ def _murmur_block(words: np.ndarray, tail: np.ndarray | None, length: int, seeds
 
 def _positions_block(mat: np.ndarray, nb_hash: int, vector_size: int) -> np.ndarray:
     """n × nb_hash positions for a block of equal-length keys."""
-    out = np.empty((mat.shape[0], nb_hash), dtype=np.int64)
+    # One contiguous row per hash, in 32 bits: |h| of a Java int is at most 2**31 (abs(-2**31)
+    # stays -2**31, whose unsigned view is 2**31), so the remainder needs no 64-bit division.
+    out = np.empty((nb_hash, mat.shape[0]), dtype=np.uint32)
     seeds = np.zeros(mat.shape[0], dtype=np.uint32)
+    size = np.uint32(vector_size)
     with np.errstate(over="ignore"):
         words, tail = _key_words(mat)
         for j in range(nb_hash):
             seeds = _murmur_block(words, tail, mat.shape[1], seeds)
-            signed = seeds.view(np.int32).astype(np.int64)
-            np.abs(signed, out=signed)
-            np.remainder(signed, vector_size, out=out[:, j])
-    return out
+            np.remainder(np.abs(seeds.view(np.int32)).view(np.uint32), size, out=out[j])
+    return out.T
 
 
 def _utf8_buffers(keys: pa.Array | pa.ChunkedArray | Sequence[str]) -> tuple[np.ndarray, np.ndarray]:

@@ -442,6 +442,10 @@ def _event_time_winners(
     order = np.lexsort((seq, *reversed(ranks), codes))
     winners = order[_group_last(codes[order])]
     special = np.unique(codes[natural])
+    # a key written once (a commit-time delete of a key the logs do not otherwise touch, the
+    # usual case) has that write as its winner already: only keys written twice or more replay
+    if len(special):
+        special = special[np.bincount(codes)[special] > 1]
     if len(special) == 0:
         return winners
     # keys that meet a commit-time delete: replay their writes in order (few rows, usually)

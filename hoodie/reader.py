@@ -55,6 +55,8 @@ from hoodied.hoodie.timeline.active import Timeline
 
 __all__ = [
     "DEFAULT_BATCH_SIZE",
+    "BlockRecords",
+    "block_key",
     "merge_log_blocks",
     "read_file_slice",
     "read_log_records",
@@ -65,6 +67,8 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 DEFAULT_BATCH_SIZE = 65_536
+#: Record counts of decoded log blocks by ``block_key`` (``merge_log_blocks``'s ``block_records``).
+BlockRecords = dict[tuple[str, int], int]
 # Uncompressed bytes of base-file row groups decoded before the Arrow pool's unused memory is
 # given back to the system (``_base_batches``).
 _RELEASE_AFTER_BYTES = 64 << 20
@@ -87,11 +91,14 @@ def read_file_slice(
     spec: MergeSpec | None = None,
     batch_size: int = DEFAULT_BATCH_SIZE,
     skip_corrupt: bool = False,
+    block_records: BlockRecords | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """The merged records of one file slice as batches of ``schema``.
 
     ``commits`` (which instants count as committed) and ``spec`` (merge rules) are derived
     from ``timeline`` / ``config`` when not given; pass them to share the work across slices.
+    ``block_records``, when given, receives the record count of every delete block merged
+    (``merge_log_blocks``).
     """
     if read_optimized or not file_slice.log_files:
         if file_slice.base_file is not None:
@@ -100,7 +107,8 @@ def read_file_slice(
     spec = spec or MergeSpec.for_table(config)
     commits = commits or CommitState(timeline, config)
     merged = read_log_records(
-        storage, file_slice, spec, schema, commits, as_of=as_of, skip_corrupt=skip_corrupt
+        storage, file_slice, spec, schema, commits, as_of=as_of, skip_corrupt=skip_corrupt,
+        block_records=block_records,
     )
     if file_slice.base_file is not None:
         for batch in _base_batches(storage, file_slice.base_file.path, schema, batch_size):
@@ -182,20 +190,30 @@ def read_log_records(
     *,
     as_of: str | None = None,
     skip_corrupt: bool = False,
+    block_records: BlockRecords | None = None,
 ) -> MergedLogRecords:
     """The log records of a slice reduced to one record (or delete) per key."""
     blocks = scan_log_blocks(storage, file_slice, commits, as_of=as_of, skip_corrupt=skip_corrupt)
-    return merge_log_blocks(blocks, spec, schema)
+    return merge_log_blocks(blocks, spec, schema, block_records=block_records)
 
 
-def merge_log_blocks(blocks: list[LogBlock], spec: MergeSpec, schema: pa.Schema) -> MergedLogRecords:
-    """Data and delete blocks (in merging order, ``scan_log_blocks``) reduced to one record per key."""
+def merge_log_blocks(
+    blocks: list[LogBlock], spec: MergeSpec, schema: pa.Schema, *, block_records: BlockRecords | None = None
+) -> MergedLogRecords:
+    """Data and delete blocks (in merging order, ``scan_log_blocks``) reduced to one record per key.
+
+    ``block_records``, when given, receives each delete block's record count under
+    ``block_key(block)``: a caller that also counts the log records (the compaction's write
+    statistics) then does not decode the block a second time (fastavro, a Python object per key).
+    """
     buffer = LogRecordBuffer(spec, schema)
     for block in blocks:
         if block.is_partial:
             raise UnsupportedTableError(f"{block.where}: partial-update log blocks are not supported")
         if block.block_type is BlockType.DELETE:
             deletes = delete_block_records(block)
+            if block_records is not None:
+                block_records[block_key(block)] = len(deletes)
             buffer.add_deletes(
                 [d.record_key or "" for d in deletes],
                 [d.ordering_value for d in deletes],
@@ -208,6 +226,11 @@ def merge_log_blocks(blocks: list[LogBlock], spec: MergeSpec, schema: pa.Schema)
         else:
             raise UnsupportedTableError(f"{block.where}: HFile data blocks in a data table are not supported")
     return buffer.finish()
+
+
+def block_key(block: LogBlock) -> tuple[str, int]:
+    """A block's identity within a read: its log file and the offset of its content."""
+    return (block.path, block.content_offset)
 
 
 def _natural_delete(value: object, kind: str | None) -> bool:

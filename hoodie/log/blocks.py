@@ -88,11 +88,28 @@ def _record_spans(content: bytes, where: str) -> tuple[np.ndarray, np.ndarray]:
         raise UnsupportedTableError(f"{where}: Avro data block version {version} is not supported")
     if count < 0 or count * 4 > len(content) - 8:
         raise HoodieFormatError(f"{where}: Avro data block declares {count} records in {len(content)} bytes")
+    # Sequential by nature: each record's offset depends on every length before it. The lengths
+    # are read in a bare loop first, checked with numpy after it; a block that fails the check
+    # is walked again below, with the checks that name the bad record.
+    unpack = _INT.unpack_from
+    size = len(content)
+    lengths = [0] * count
+    pos = 8
+    try:
+        for i in range(count):
+            (length,) = unpack(content, pos)
+            lengths[i] = length
+            pos += 4 + length
+    except struct.error:
+        pos = -1
+    if pos == size:
+        lens = np.array(lengths, dtype=np.int64)
+        if count == 0 or lens.min() >= 0:  # then every offset lies between 8 and ``size``
+            record_ends = 8 + np.cumsum(lens + 4)
+            return record_ends - lens, record_ends
     starts = [0] * count
     ends = [0] * count
-    unpack = _INT.unpack_from
-    pos, size = 8, len(content)
-    # Sequential by nature: each record's offset depends on every length before it.
+    pos = 8
     for i in range(count):
         if pos + 4 > size:
             raise HoodieFormatError(f"{where}: Avro data block is truncated at record {i} of {count}")
@@ -271,6 +288,10 @@ def _delete_schema() -> Any:
     return fastavro.parse_schema(schema)
 
 
+#: The wrappers ``_unwrap`` converts; every other one holds the ordering value as it is.
+_CONVERTED_WRAPPERS = frozenset({"DateWrapper", "LocalDateWrapper", "TimestampMicrosWrapper", "ArrayWrapper"})
+
+
 def _unwrap(kind: str, value: Any) -> Any:
     if kind == "DateWrapper" or kind == "LocalDateWrapper":
         return _EPOCH + dt.timedelta(days=value)
@@ -344,14 +365,20 @@ def delete_block_records(block: LogBlock) -> list[DeleteRecord]:
         extra = length - stream.tell()
         raise HoodieFormatError(f"{block.where}: delete block payload has {extra} trailing bytes")
     out = []
+    kinds: dict[str, str] = {}  # wrapper record name -> its short name, once per block
     for rec in cast(dict[str, Any], decoded)["deleteRecordList"]:
         wrapped = rec["orderingVal"]
         if wrapped is None:
             kind, value = None, None
         else:
-            kind = wrapped[0].rsplit(".", 1)[-1]
-            inner = wrapped[1]
-            value = _unwrap(kind, inner["wrappedValues"] if kind == "ArrayWrapper" else inner["value"])
+            name, inner = wrapped
+            kind = kinds.get(name)
+            if kind is None:
+                kind = kinds[name] = name.rsplit(".", 1)[-1]
+            if kind not in _CONVERTED_WRAPPERS:
+                value = inner["value"]
+            else:
+                value = _unwrap(kind, inner["wrappedValues"] if kind == "ArrayWrapper" else inner["value"])
         out.append(DeleteRecord(rec["recordKey"], rec["partitionPath"], value, kind))
     return out
 
