@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -86,9 +87,27 @@ def _logical_lines(text: str) -> list[str]:
     return out
 
 
+#: The first character that may end a key: a separator, whitespace, or an escape (``_split_entry``).
+_KEY_END = re.compile(r"[\\=: \t\f]")
+#: One escape: a backslash and the character after it (none at the very end of a line).
+_ESCAPE = re.compile(r"\\(.?)", re.DOTALL)
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _unescaped(match: re.Match[str]) -> str:
+    c = match.group(1)
+    return _ESCAPES.get(c, c)
+
+
 def _unescape(s: str) -> str:
     if "\\" not in s:
         return s
+    if "\\u" not in s:
+        # no \\uXXXX: every escape is one character (the same as the loop below, in one C-level pass)
+        text = _ESCAPE.sub(_unescaped, s)
+        if _SURROGATE.search(text) is not None:
+            text = text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+        return text
     out: list[str] = []
     i, n = 0, len(s)
     while i < n:
@@ -111,7 +130,7 @@ def _unescape(s: str) -> str:
         out.append(_ESCAPES.get(c, c))
         i += 1
     text = "".join(out)
-    if any("\ud800" <= ch <= "\udfff" for ch in text):
+    if _SURROGATE.search(text) is not None:
         # Java strings are UTF-16: a \uD83D\uDE00 pair is one character
         text = text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
     return text
@@ -119,7 +138,11 @@ def _unescape(s: str) -> str:
 
 def _split_entry(line: str) -> tuple[str, str]:
     """Split one logical line at the first unescaped ``=``, ``:`` or whitespace."""
-    i, n = 0, len(line)
+    n = len(line)
+    first = _KEY_END.search(line)
+    i = n if first is None else first.start()
+    if first is not None and line[i] == "\\":  # an escaped key: character by character
+        i = 0
     while i < n:
         c = line[i]
         if c == "\\":

@@ -55,6 +55,7 @@ from hoodied.hoodie.metadata.clean import require_clean_maintainable
 from hoodied.hoodie.properties import TableConfig, load_table_config
 from hoodied.hoodie.storage import Storage
 from hoodied.hoodie.timeline.active import Timeline, datetime_to_instant_time
+from hoodied.hoodie.timeline.compact import TimelineCounts
 from hoodied.hoodie.timeline.instant import WRITE_ACTIONS, Action, Instant, latest_commits_to_retain
 from hoodied.hoodie.timeline.plans import ClusteringPlan, CompactionPlan
 from hoodied.hoodie.timeline.truetime import TimeSettings
@@ -68,6 +69,7 @@ __all__ = [
     "CleanPolicy",
     "CleanSettings",
     "clean_due",
+    "clean_due_counts",
     "completed_writes_after",
     "earliest_commit_to_retain",
     "failed_write_leftovers",
@@ -411,9 +413,14 @@ def completed_writes_after(timeline: Timeline, last: Instant | None) -> int:
 def clean_due(timeline: Timeline, trigger_commits: int) -> str | None:
     """``hoodie.clean.max.commits``: why a clean should be planned now (enough completed writes
     since the last completed clean, none pending), or ``None``."""
-    if timeline.pending((Action.CLEAN,)):
+    return clean_due_counts(TimelineCounts.of(timeline), trigger_commits)
+
+
+def clean_due_counts(counts: TimelineCounts, trigger_commits: int) -> str | None:
+    """``clean_due`` on the timeline's counts (the daemon's names-only poll)."""
+    if counts.has_pending((Action.CLEAN,)):
         return None
-    writes = completed_writes_after(timeline, timeline.latest_completed((Action.CLEAN,)))
+    writes = counts.completed_after(WRITE_ACTIONS, counts.latest_completed((Action.CLEAN,)) or "")
     if writes < trigger_commits:
         return None
     return f"{writes} completed writes since the last clean (trigger {trigger_commits})"

@@ -39,7 +39,8 @@ from hoodied.hoodie.metadata.commit import CLUSTER, require_commit_maintainable
 from hoodied.hoodie.properties import TableConfig, load_table_config
 from hoodied.hoodie.storage import Storage
 from hoodied.hoodie.timeline.active import Timeline
-from hoodied.hoodie.timeline.instant import Action, Instant, State
+from hoodied.hoodie.timeline.compact import TimelineCounts
+from hoodied.hoodie.timeline.instant import WRITE_ACTIONS, Action, Instant, State
 from hoodied.hoodie.timeline.truetime import TimeSettings
 from hoodied.hoodie.timeline.writer import TimelineWriter
 from hoodied.planners.clean import completed_writes_after
@@ -49,6 +50,7 @@ __all__ = [
     "ClusteringPlanResult",
     "ClusteringSettings",
     "clustering_due",
+    "clustering_due_counts",
     "plan_clustering",
     "schedule_clustering",
 ]
@@ -293,6 +295,22 @@ def clustering_due(timeline: Timeline, trigger_commits: int) -> str | None:
     if any(service_of(timeline, inst) is TableService.CLUSTERING for inst in pending):
         return None
     commits = completed_writes_after(timeline, _last_completed_clustering(timeline))
+    if commits < trigger_commits:
+        return None
+    return f"{commits} completed commits since the last clustering (trigger {trigger_commits})"
+
+
+def clustering_due_counts(counts: TimelineCounts, trigger_commits: int) -> str | None:
+    """``clustering_due`` on the counts of a timeline of layout 2 (table version 8+, where every
+    clustering is a ``clustering`` instant) with no pending replacecommit (``scan_names`` leaves
+    those to the ``Timeline``: their plan tells a clustering from an insert-overwrite)."""
+    config = counts.config
+    if config.timeline_layout < 2 or counts.has_pending((Action.REPLACE_COMMIT,)):
+        raise ValueError("clustering_due_counts needs a layout-2 timeline without pending replacecommits")
+    if counts.has_pending((Action.CLUSTERING,)):
+        return None
+    last = counts.latest_completed((Action.CLUSTERING,)) or ""
+    commits = counts.completed_after(WRITE_ACTIONS, last)
     if commits < trigger_commits:
         return None
     return f"{commits} completed commits since the last clustering (trigger {trigger_commits})"

@@ -60,6 +60,7 @@ from hoodied.hoodie.metadata.commit import COMPACT, require_commit_maintainable
 from hoodied.hoodie.properties import TableConfig, load_table_config
 from hoodied.hoodie.storage import Storage
 from hoodied.hoodie.timeline.active import Timeline, datetime_to_instant_time, instant_time_to_datetime
+from hoodied.hoodie.timeline.compact import TimelineCounts
 from hoodied.hoodie.timeline.instant import WRITE_ACTIONS, Action, Instant, State
 from hoodied.hoodie.timeline.plans import compaction_operation
 from hoodied.hoodie.timeline.truetime import TimeSettings
@@ -74,6 +75,7 @@ __all__ = [
     "CompactionStrategy",
     "TriggerStrategy",
     "compaction_due",
+    "compaction_due_counts",
     "needs_compaction",
     "plan_compaction",
     "schedule_compaction",
@@ -210,33 +212,47 @@ class CompactionPlanResult:
 
 
 def _seconds(instant: str, config: TableConfig) -> float:
+    if len(instant) == 17 and instant.isdigit():
+        # what ``instant_time_to_datetime``'s strptime gives a 17-digit time, without its regex (asked
+        # twice per merge-on-read table at every trigger check); an invalid date goes the long way
+        try:
+            return datetime(int(instant[:4]), int(instant[4:6]), int(instant[6:8]), int(instant[8:10]),
+                            int(instant[10:12]), int(instant[12:14]), int(instant[14:]) * 1000,
+                            tzinfo=config.tzinfo).timestamp()
+        except ValueError:
+            pass
     return instant_time_to_datetime(instant, config.tzinfo).timestamp()
 
 
-def _deltas_since(timeline: Timeline, config: TableConfig, after_request: bool) -> tuple[int, str] | None:
+def _deltas_since(counts: TimelineCounts, config: TableConfig, after_request: bool) -> tuple[int, str] | None:
     """(delta commits after the reference point, the reference instant) or ``None`` without any."""
     commit_actions = {Action.COMMIT, Action.COMPACTION}
     if config.version < 8:
         commit_actions.add(Action.REPLACE_COMMIT)
     if after_request:
-        candidates = [i for i in timeline.instants if i.action is Action.COMPACTION]
-        last: Instant | None = candidates[-1] if candidates else None
+        last = counts.latest(Action.COMPACTION)  # the last compaction in any state
     else:
-        last = timeline.latest_completed(commit_actions)
-    deltas = [i for i in timeline.instants if i.action is Action.DELTA_COMMIT]
+        last = counts.latest_completed(commit_actions)
     if last is not None:
-        return sum(1 for i in deltas if i.requested_time > last.requested_time), last.requested_time
-    if not deltas:
+        return counts.count(Action.DELTA_COMMIT, last), last
+    first = counts.first(Action.DELTA_COMMIT)
+    if first is None:
         return None
-    return len(deltas), deltas[0].requested_time
+    return counts.count(Action.DELTA_COMMIT), first
 
 
 def needs_compaction(
     timeline: Timeline, config: TableConfig, settings: CompactionSettings, instant_time: str
 ) -> tuple[bool, str]:
     """Whether the trigger fires for a compaction at ``instant_time``, and a one-line why."""
+    return _needs_compaction(TimelineCounts.of(timeline), config, settings, instant_time)
+
+
+def _needs_compaction(
+    counts: TimelineCounts, config: TableConfig, settings: CompactionSettings, instant_time: str
+) -> tuple[bool, str]:
     trigger = settings.trigger
-    info = _deltas_since(timeline, config, trigger is TriggerStrategy.NUM_COMMITS_AFTER_LAST_REQUEST)
+    info = _deltas_since(counts, config, trigger is TriggerStrategy.NUM_COMMITS_AFTER_LAST_REQUEST)
     if info is None:
         return False, "no delta commits on the timeline"
     count, since = info
@@ -261,11 +277,16 @@ def compaction_due(timeline: Timeline, settings: CompactionSettings) -> str | No
     Tables with a metadata table are not excluded here: planning them reports the service as
     unsupported (``UnsupportedTableError``).
     """
-    config = timeline.config
-    if not config.is_mor or timeline.pending((Action.COMPACTION,)):
+    return compaction_due_counts(TimelineCounts.of(timeline), settings)
+
+
+def compaction_due_counts(counts: TimelineCounts, settings: CompactionSettings) -> str | None:
+    """``compaction_due`` on the timeline's counts (the daemon's names-only poll)."""
+    config = counts.config
+    if not config.is_mor or counts.has_pending((Action.COMPACTION,)):
         return None
     now = datetime_to_instant_time(datetime.now(UTC), config.tzinfo)
-    due, why = needs_compaction(timeline, config, settings, now)
+    due, why = _needs_compaction(counts, config, settings, now)
     return why if due else None
 
 

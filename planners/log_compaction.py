@@ -56,6 +56,7 @@ from hoodied.hoodie.properties import TableConfig, load_table_config
 from hoodied.hoodie.reader import scan_log_blocks
 from hoodied.hoodie.storage import Storage
 from hoodied.hoodie.timeline.active import Timeline
+from hoodied.hoodie.timeline.compact import TimelineCounts
 from hoodied.hoodie.timeline.instant import Action, Instant, State
 from hoodied.hoodie.timeline.plans import compaction_operation
 from hoodied.hoodie.timeline.truetime import TimeSettings
@@ -67,6 +68,7 @@ __all__ = [
     "LogCompactionPlanResult",
     "LogCompactionSettings",
     "log_compaction_due",
+    "log_compaction_due_counts",
     "needs_log_compaction",
     "plan_log_compaction",
     "schedule_log_compaction",
@@ -166,20 +168,31 @@ def needs_log_compaction(
         return False, f"a {config.table_type.value} table has no log files"
     if config.version < 8:
         return False, f"table version {config.version} is not log-compacted by hoodied"
-    deltas = [i for i in timeline.instants if i.action is Action.DELTA_COMMIT]
+    return _needs_log_compaction(TimelineCounts.of(timeline), settings)
+
+
+def _needs_log_compaction(counts: TimelineCounts, settings: LogCompactionSettings) -> tuple[bool, str]:
+    deltas = counts.count(Action.DELTA_COMMIT)
     if not deltas:
         return False, "no delta commits on the timeline"
     threshold = settings.blocks_threshold
-    return True, f"{len(deltas)} delta commits on the timeline (log block threshold {threshold})"
+    return True, f"{deltas} delta commits on the timeline (log block threshold {threshold})"
 
 
 def log_compaction_due(timeline: Timeline, settings: LogCompactionSettings) -> str | None:
     """Why a log compaction should be planned now (merge-on-read, no log compaction or compaction
     pending, ``needs_log_compaction``), or ``None``."""
-    config = timeline.config
-    if not config.is_mor or timeline.pending((Action.LOG_COMPACTION, Action.COMPACTION)):
+    return log_compaction_due_counts(TimelineCounts.of(timeline), settings)
+
+
+def log_compaction_due_counts(counts: TimelineCounts, settings: LogCompactionSettings) -> str | None:
+    """``log_compaction_due`` on the timeline's counts (the daemon's names-only poll)."""
+    config = counts.config
+    if not config.is_mor or counts.has_pending((Action.LOG_COMPACTION, Action.COMPACTION)):
         return None
-    due, why = needs_log_compaction(timeline, config, settings)
+    if not settings.enabled or config.version < 8:
+        return None
+    due, why = _needs_log_compaction(counts, settings)
     return why if due else None
 
 

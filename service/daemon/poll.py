@@ -7,10 +7,16 @@ listing per folder above ``max_depth``, and one listing bounded to ``hoodie.prop
 folder that holds a ``.hoodie`` folder (and per folder at ``max_depth``, which is not listed).
 
 A poll is cheap by construction: one names-only listing of the timeline folder; only when
-the names differ from the last poll (their hash, ``PollResult.signature``) is the timeline built
-again from them (``hoodie.timeline.compact.timeline_from_names``: the names split in one pass, a
-``stat`` only for completed files without a completion time in their name) and
-``hoodie.properties`` re-read. The first poll of a table is the same names-only pass. Then one
+the names differ from the last poll (their hash, ``PollResult.signature``) are they read again
+and ``hoodie.properties`` re-read. The first poll of a table is the same names-only pass. On a
+table of timeline layout 2 (version 8+) whose policy asks only triggers that answer from counts
+(``PlannerSpec.due_counts``: every built-in one), the names are counted, not built into a
+timeline (``hoodie.timeline.compact.scan_names``: the requested times of each action, the pending
+instants; no ``Instant`` but the pending ones); otherwise, and when a name needs more than itself
+(a pending replacecommit's plan, a completed file without a completion time), the timeline is
+built from them (``timeline_from_names``: a ``stat`` only for completed files without a
+completion time in their name) and the triggers asked on it. Both give the same pending
+services, counts and reasons (tests/service/daemon/test_poll_names_only.py). Then one
 listing of ``.hoodie/.heartbeat`` when an inflight table service needs its heartbeat
 checked. Plans and commit metadata are not read here, except the requested file of a
 pending v6 replacecommit (to tell a clustering from an insert-overwrite). Planner triggers
@@ -19,16 +25,20 @@ reads the plans of its completed replacecommits since the last clustering).
 
 Why the names-only listing: measured on this machine, ``Timeline.load`` of a 200-instant
 timeline (600 files) takes about 4.6 ms, a third of it in one ``stat`` per file and a third
-in parsing names; listing the names takes about 0.3 ms and building the timeline from them
-under 1 ms. ``Storage`` has no names-only listing yet, so local tables use ``os.listdir`` on the
+in parsing names; listing the names takes about 0.3 ms, building the timeline from them
+0.6-1.2 ms and the triggers on it 0.5 ms more, where counting them takes about 0.2 ms and the
+triggers on the counts under 0.1 ms (bench/poll.py: the first cycle of 10,000 tables).
+``Storage`` has no names-only listing yet, so local tables use ``os.listdir`` on the
 timeline folder (read-only, names only); other storages fall back to ``Storage.list``.
 
 What a poll keeps is what decisions need, not the timeline: the pending table services, the
 planners' reasons (``due``), the delta commits since the last compaction, the names' hash, and
-the timeline as a ``CompactTimeline`` (one text line per instant, the file names of pending
-instants and replacecommits: about 12 KB for 200 instants, where the ``Timeline`` with its parsed
-files took about 0.3 MB). ``PollResult.timeline`` builds a ``Timeline`` from it when one is
-needed (a planning job, the triggers evaluated again); local tables keep no file names at all.
+the timeline as a ``CompactTimeline`` (one text line per instant and the file names of pending
+instants and replacecommits, about 12 KB for 200 instants; after a names-only pass the names
+that make the timeline, those of completed instants' redundant state files left out, about
+10 KB; the ``Timeline`` with its parsed files took about 0.3 MB). ``PollResult.timeline`` builds a
+``Timeline`` from it when one is needed (a planning job, the triggers evaluated again); local
+tables keep no listing of their names (``signature`` stands for it).
 
 An unchanged local table costs one ``stat`` of the timeline folder: every file created,
 removed or renamed in a folder moves the folder's mtime, so an mtime equal to the one of the
@@ -86,10 +96,10 @@ from hoodied.hoodie.heartbeat import HEARTBEAT_FOLDER
 from hoodied.hoodie.properties import TableConfig, load_table_config
 from hoodied.hoodie.storage import OBJECT_STORE_SCHEMES, FileInfo, Storage
 from hoodied.hoodie.timeline.active import Timeline, instant_time_to_datetime, parse_timeline_file_name
-from hoodied.hoodie.timeline.compact import CompactTimeline, timeline_from_names
+from hoodied.hoodie.timeline.compact import CompactTimeline, NameScan, scan_names, timeline_from_names
 from hoodied.hoodie.timeline.instant import Action, Instant, State, epoch_to_instant_time
 from hoodied.service.config import HeartbeatConfig, Policy
-from hoodied.service.daemon.registry import Registry
+from hoodied.service.daemon.registry import PlannerSpec, Registry
 
 if TYPE_CHECKING:
     from hoodied.hoodie.object_storage import ObjectStorage, ObjectStoreSettings
@@ -305,10 +315,62 @@ def poll_table(
     now_ns = time.time_ns()
     mtime = _folder_mtime_ns(storage, config.timeline_path)
     names = _names(storage, config.timeline_path)
+    triggers = _count_triggers(policy, registry)
+    listed = frozenset(names)  # hashed once: the signature and the scan's set
+    scan = scan_names(config, listed) if triggers is not None else None
+    if triggers is not None and scan is not None:
+        result = PollResult(config, scan.view, hash(listed), storage, folder_mtime_ns=mtime,
+                            listed_ns=now_ns, relist_at=_next_relist(started))
+        return _complete_from_counts(storage, result, scan, triggers, policy, now, expiry, started)
     timeline = timeline_from_names(storage, config, names, _local_mtimes(storage, config.timeline_path))
-    result = PollResult(config, _EMPTY, _signature(names), storage, folder_mtime_ns=mtime, listed_ns=now_ns,
+    result = PollResult(config, _EMPTY, hash(listed), storage, folder_mtime_ns=mtime, listed_ns=now_ns,
                         relist_at=_next_relist(started))
     return _complete(storage, result, timeline, cached, policy, registry, now, expiry, started)
+
+
+def _count_triggers(policy: Policy, registry: Registry) -> list[PlannerSpec] | None:
+    """The planners whose triggers the policy asks, when every one of them answers from counts
+    (``PlannerSpec.due_counts``): then the names-only pass (``scan_names``) can decide."""
+    if policy.paused:
+        return []
+    services = policy.services
+    asked = [spec for service, spec in registry.planners.items() if services.schedules(service)]
+    return None if any(spec.due_counts is None for spec in asked) else asked
+
+
+def _complete_from_counts(
+    storage: Storage, result: PollResult, scan: NameScan, triggers: list[PlannerSpec], policy: Policy,
+    now: int, expiry: int, started: float,
+) -> PollResult:
+    """``_complete`` of a names-only pass: the same pending services, counts and reasons, from the
+    counts of the names (no ``Timeline`` built; ``scan_names`` leaves out pending replacecommits,
+    the one pending instant whose service needs its plan read)."""
+    config = result.config
+    beats: dict[str, int] | None = None
+    tz = config.tzinfo
+    for inst in scan.pending:
+        service = TableService.of_action(inst.action)
+        result.services[(inst.requested_time, inst.action)] = service
+        if service is None:
+            continue
+        alive = False
+        if inst.state is State.INFLIGHT:
+            if beats is None:
+                beats = _heartbeats(storage)
+            alive = now - beats.get(inst.requested_time, 0) <= expiry
+        result.pending.append(PendingItem(inst, service, alive, instant_epoch(inst.requested_time, tz)))
+    counts = scan.counts
+    if config.is_mor:
+        since = counts.latest_completed((Action.COMPACTION,)) or ""
+        result.delta_commits_since_compaction = counts.completed_after((Action.DELTA_COMMIT,), since)
+    result.due_at = started
+    for spec in triggers:
+        assert spec.due_counts is not None
+        reason = spec.due_counts(counts, policy)
+        if reason:
+            result.due[spec.service] = reason
+    result.seconds = time.monotonic() - started
+    return result
 
 
 #: The view of a result under construction (``_complete`` sets the real one).

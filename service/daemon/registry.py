@@ -42,6 +42,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from hoodied.executors.archival import ArchivalResult, MdtArchival, execute_archival
 from hoodied.executors.clean import execute_clean
@@ -50,7 +51,8 @@ from hoodied.hoodie.locks import TableLock
 from hoodied.hoodie.properties import TableConfig, load_table_config
 from hoodied.hoodie.storage import Storage
 from hoodied.hoodie.timeline.active import Timeline
-from hoodied.hoodie.timeline.instant import Action, Instant
+from hoodied.hoodie.timeline.compact import TimelineCounts
+from hoodied.hoodie.timeline.instant import WRITE_ACTIONS, Action, Instant
 from hoodied.hoodie.timeline.truetime import TimeSettings
 from hoodied.planners.archival import (
     ArchivalPlan,
@@ -60,11 +62,15 @@ from hoodied.planners.archival import (
     mdt_archival_planner,
     mdt_archival_target,
 )
-from hoodied.planners.clean import clean_due, schedule_clean
-from hoodied.planners.clustering import clustering_due, schedule_clustering
-from hoodied.planners.compaction import compaction_due, schedule_compaction
-from hoodied.planners.log_compaction import log_compaction_due, schedule_log_compaction
-from hoodied.service.config import DaemonConfig, Policy
+from hoodied.planners.clean import clean_due, clean_due_counts, schedule_clean
+from hoodied.planners.clustering import clustering_due, clustering_due_counts, schedule_clustering
+from hoodied.planners.compaction import compaction_due, compaction_due_counts, schedule_compaction
+from hoodied.planners.log_compaction import (
+    log_compaction_due,
+    log_compaction_due_counts,
+    schedule_log_compaction,
+)
+from hoodied.service.config import CompactionService, DaemonConfig, LogCompactionService, Policy
 from hoodied.service.failed_writes import rollback_failed_writes
 from hoodied.service.spark_jobs import SPARK_SERVICES, SparkEngine, check_spark_instant, run_spark_service
 
@@ -184,6 +190,10 @@ class PlannerSpec:
     reads_clock: Callable[[Policy], bool] = _reads_no_clock
     """Whether ``due`` can change with the clock alone under ``policy`` (a time-based trigger): only
     then is it asked again while the timeline stays the same (``service.daemon.poll``)."""
+    due_counts: Callable[[TimelineCounts, Policy], str | None] | None = None
+    """``due`` on the timeline's counts, the same answer without a ``Timeline``: the names-only poll
+    (``hoodie.timeline.compact.scan_names``) of a layout-2 table with no pending replacecommit.
+    A planner without it has its tables' timelines built on every change (``due``)."""
 
 
 @dataclass(slots=True)
@@ -216,15 +226,17 @@ def register_planner(
     *,
     registry: Registry,
     reads_clock: Callable[[Policy], bool] = lambda policy: True,
+    due_counts: Callable[[TimelineCounts, Policy], str | None] | None = None,
 ) -> None:
     """Make ``plan`` the planner of ``service`` in ``registry``, tried whenever ``due`` gives a reason;
     ``reads_clock`` says under which policies ``due`` moves with the clock alone (by default always,
-    the safe answer for a trigger nobody described)."""
+    the safe answer for a trigger nobody described); ``due_counts``, when given, is ``due`` on the
+    timeline's counts (``PlannerSpec.due_counts``)."""
     try:
         known = TableService(service)
     except ValueError:
         raise ValueError(f"{service!r} is not a service ({', '.join(TableService)})") from None
-    registry.planners[known] = PlannerSpec(known, due, plan, reads_clock)
+    registry.planners[known] = PlannerSpec(known, due, plan, reads_clock, due_counts)
 
 
 def build_registry() -> Registry:
@@ -238,23 +250,25 @@ def build_registry() -> Registry:
     register_executor(Action.CLEAN, _run_clean, resumes_inflight=True, registry=registry)
     # every trigger counts instants on the timeline, except compaction's time-based strategies
     register_planner(TableService.CLEAN, _clean_due, _plan_clean, registry=registry,
-                     reads_clock=_reads_no_clock)
+                     reads_clock=_reads_no_clock, due_counts=_clean_due_counts)
     planners: dict[TableService, tuple[Callable[[Timeline, Policy], str | None],
-                                       Callable[[PlanContext], PlanOutcome]]] = {
-        TableService.COMPACTION: (_compaction_due, _plan_compaction),
-        TableService.LOG_COMPACTION: (_log_compaction_due, _plan_log_compaction),
-        TableService.CLUSTERING: (_clustering_due, _plan_clustering),
+                                       Callable[[PlanContext], PlanOutcome],
+                                       Callable[[TimelineCounts, Policy], str | None]]] = {
+        TableService.COMPACTION: (_compaction_due, _plan_compaction, _compaction_due_counts),
+        TableService.LOG_COMPACTION: (_log_compaction_due, _plan_log_compaction, _log_compaction_due_counts),
+        TableService.CLUSTERING: (_clustering_due, _plan_clustering, _clustering_due_counts),
     }
     for service, spec in SPARK_SERVICES.items():
         if spec.available():
             register_executor(spec.action, _spark_executor(service), registry=registry)
             if service in planners:
-                register_planner(service, *planners[service], registry=registry,
+                due, plan, due_counts = planners[service]
+                register_planner(service, due, plan, registry=registry,
                                  reads_clock=_compaction_reads_clock if service is TableService.COMPACTION
-                                 else _reads_no_clock)
+                                 else _reads_no_clock, due_counts=due_counts)
     # last: a table's other due plans go first, as Hudi archives after a commit's clean (postCommit)
     register_planner(TableService.ARCHIVAL, _archival_due, _archive, registry=registry,
-                     reads_clock=_reads_no_clock)
+                     reads_clock=_reads_no_clock, due_counts=_archival_due_counts)
     return registry
 
 
@@ -282,6 +296,10 @@ def _run_clean(ctx: JobContext) -> str:
 
 def _clean_due(timeline: Timeline, policy: Policy) -> str | None:
     return clean_due(timeline, policy.services.clean.trigger_commits)
+
+
+def _clean_due_counts(counts: TimelineCounts, policy: Policy) -> str | None:
+    return clean_due_counts(counts, policy.services.clean.trigger_commits)
 
 
 def _plan_clean(ctx: PlanContext) -> PlanOutcome:
@@ -326,6 +344,10 @@ def _compaction_due(timeline: Timeline, policy: Policy) -> str | None:
     return compaction_due(timeline, policy.services.compaction.settings())
 
 
+def _compaction_due_counts(counts: TimelineCounts, policy: Policy) -> str | None:
+    return compaction_due_counts(counts, _settings(policy.services.compaction))
+
+
 def _plan_compaction(ctx: PlanContext) -> PlanOutcome:
     instant, result = schedule_compaction(
         ctx.storage, ctx.lock, ctx.policy.services.compaction.settings(), time_settings=ctx.time_settings
@@ -337,6 +359,28 @@ def _log_compaction_due(timeline: Timeline, policy: Policy) -> str | None:
     return log_compaction_due(timeline, policy.services.log_compaction.settings())
 
 
+def _log_compaction_due_counts(counts: TimelineCounts, policy: Policy) -> str | None:
+    return log_compaction_due_counts(counts, _settings(policy.services.log_compaction))
+
+
+#: Planner settings by policy group (frozen, compared by value): the tables of one policy share them.
+_SETTINGS: dict[object, object] = {}
+
+
+def _settings(group: CompactionService | LogCompactionService) -> Any:
+    """``group.settings()``, built once per distinct group: every poll asks the triggers, and building
+    the settings from Hudi's option keys costs more than the trigger itself (bench/poll.py)."""
+    try:
+        got = _SETTINGS.get(group)
+    except TypeError:  # a group holding something unhashable
+        return group.settings()
+    if got is None:
+        if len(_SETTINGS) >= 256:  # policies are few; a bound all the same
+            _SETTINGS.clear()
+        got = _SETTINGS[group] = group.settings()
+    return got
+
+
 def _plan_log_compaction(ctx: PlanContext) -> PlanOutcome:
     instant, result = schedule_log_compaction(
         ctx.storage, ctx.lock, ctx.policy.services.log_compaction.settings(), time_settings=ctx.time_settings
@@ -346,6 +390,10 @@ def _plan_log_compaction(ctx: PlanContext) -> PlanOutcome:
 
 def _clustering_due(timeline: Timeline, policy: Policy) -> str | None:
     return clustering_due(timeline, policy.services.clustering.trigger_commits)
+
+
+def _clustering_due_counts(counts: TimelineCounts, policy: Policy) -> str | None:
+    return clustering_due_counts(counts, policy.services.clustering.trigger_commits)
 
 
 def _plan_clustering(ctx: PlanContext) -> PlanOutcome:
@@ -361,6 +409,19 @@ def _plan_clustering(ctx: PlanContext) -> PlanOutcome:
 
 def _archival_due(timeline: Timeline, policy: Policy) -> str | None:
     return archival_due(timeline, policy.services.archival.keep_max_commits)
+
+
+def _archival_due_counts(counts: TimelineCounts, policy: Policy) -> str | None:
+    """``archival_due`` on the counts of a layout-2 timeline (the only ones ``scan_names`` counts):
+    its completed commits alone decide (tests/service/daemon check both give the same answer)."""
+    max_commits = policy.services.archival.keep_max_commits
+    if counts.config.timeline_layout < 2:
+        raise ValueError("archival counts cover layout-2 timelines only")
+    commits = counts.completed_count(WRITE_ACTIONS)
+    if commits > max_commits:
+        return (f"{commits} completed commits on the active timeline, more than "
+                f"hoodie.keep.max.commits={max_commits}")
+    return None
 
 
 def _archive(ctx: PlanContext) -> PlanOutcome:
