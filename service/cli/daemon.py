@@ -269,12 +269,12 @@ def _table_lines(t: dict[str, Any], now: float, said: list[str], lock: str, repl
     if t.get("lock") and t["lock"] != lock:
         lines.append(f"  lock: {t['lock']}")
     if t["quarantined"]:
-        q = t.get("quarantine") or {}
-        retry = ""
-        if q.get("next_retry_at"):
-            retry = f" (retried {q['retries']} times; next retry in {format_age(q['next_retry_at'] - now)})"
-        lines.append(f"  QUARANTINED: {t['quarantined']}{retry}")
+        lines.append(f"  QUARANTINED: {t['quarantined']}")
         said.append(t["quarantined"])
+        q = t.get("quarantine") or {}
+        if q.get("next_retry_at"):
+            lines.append(f"  next retry in {format_age(q['next_retry_at'] - now)} "
+                         f"({q['retries']} retries found the cause still there)")
     if t["running"]:
         r = t["running"]
         what = f"{r['kind']} {r['action']} {r['instant'] or ''}".rstrip()

@@ -123,7 +123,7 @@ def test_status_text_has_human_ages_and_each_reason_once() -> None:
     # newest job another replica ran
     assert "/lake/b  (b, MERGE_ON_READ, v9)  PAUSED by alice 2 h ago: backfill" in text
     assert "  lock: ZookeeperBasedLockProvider zk:2181/hudi/b" in text and text.count("lock: ") == 1
-    assert f"QUARANTINED: {reason} (retried 2 times; next retry in 20 min)" in text
+    assert f"QUARANTINED: {reason}\n  next retry in 20 min (2 retries found the cause still there)" in text
     assert "10 min ago: compaction 20250101000000001: success on host:2 (1 min 15 s)" in text
 
 
