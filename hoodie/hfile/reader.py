@@ -36,7 +36,7 @@ import io
 import json
 import struct
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
@@ -403,6 +403,47 @@ class HFileReader:
                 if cell_row > row:
                     return None
         return None
+
+    def scan_rows(self, wanted: Iterable[bytes], *, prefix: bool = False) -> Iterator[tuple[bytes, bytes]]:
+        """The cells whose row equals one of ``wanted`` (``prefix``: starts with one of them), in
+        file order, each once, reading only the data blocks that can hold them, each block once.
+
+        Rows are sorted, so the rows of one key (or of one prefix) are contiguous: each wanted
+        item, in sorted order, starts at its block in the index (an index key is a lower bound of
+        its block's rows, the same rule as ``get``) and stops at the first row past it. Memory:
+        one data block.
+        """
+        targets: list[bytes] = []
+        for t in sorted(set(wanted)):
+            if not (prefix and targets and t.startswith(targets[-1])):  # covered by a shorter prefix
+                targets.append(t)
+        cached: tuple[int, list[tuple[bytes, bytes]]] | None = None
+        keys = self._index_keys
+
+        def past(row: bytes, target: bytes) -> bool:
+            return row > target and not (prefix and row.startswith(target))
+
+        for target in targets:
+            if not keys:
+                return
+            first = max(bisect.bisect_left(keys, target) - 1, 0)
+            if cached is not None:
+                # blocks before the cached one hold rows <= its index key, below this target
+                first = max(first, cached[0])
+            for i in range(first, len(keys)):
+                if i > first and past(keys[i], target):
+                    break
+                if cached is None or cached[0] != i:
+                    cached = (i, list(self._block_cells(i)))
+                done = False
+                for row, value in cached[1]:
+                    if row == target or (prefix and row.startswith(target)):
+                        yield row, value
+                    elif past(row, target):
+                        done = True
+                        break
+                if done:
+                    break
 
     def records(self, schema_json: str | None = None) -> Iterator[tuple[str, dict[str, Any]]]:
         """Cells decoded as schemaless Avro: ``(row key, record)``.

@@ -87,7 +87,7 @@ from hoodied.hoodie.metadata.encode import (
 )
 from hoodied.hoodie.metadata.index_records import record_index_file_id
 from hoodied.hoodie.metadata.log_stats import LogFileStats, log_file_stats
-from hoodied.hoodie.metadata.merge import merge_file_slice
+from hoodied.hoodie.metadata.merge import merge_slice_keys
 from hoodied.hoodie.metadata.range_types import column_value_types, schema_typed_ranges
 from hoodied.hoodie.metadata.reader import MetadataTable, metadata_table_in_use
 from hoodied.hoodie.metadata.records import RecordType, partition_to_key
@@ -244,7 +244,9 @@ def _log_compaction_deletes(
         wanted.setdefault(file_group_index(key, len(slices)), []).append(key)
     for index, keys in sorted(wanted.items()):
         fs = slices[index]
-        entries = merge_file_slice(mdt.storage, mdt.timeline, fs.base_file, list(fs.log_files)).entries
+        # only the deleted keys: the base HFile through its block index, the log blocks filtered
+        entries = merge_slice_keys(mdt.storage, mdt.timeline, fs.base_file, list(fs.log_files),
+                                   keys=keys).entries
         for key in keys:
             live = entries.get(key)
             info = live.record.get("recordIndexMetadata") if live is not None else None
@@ -305,11 +307,15 @@ def _stored_ranges(
     mdt: MetadataTable, columns: tuple[str, ...], files: Mapping[str, set[str]]
 ) -> dict[str, list[ColumnRange]]:
     """Per data partition, the ``column_stats`` records the MDT holds for its ``files``
-    (Hudi reads them by key prefix: column + partition)."""
+    (Hudi reads them by key prefix: column + partition; so does this, through the block index
+    of each slice's HFiles, so what is read is bounded by the touched partitions' records)."""
     prefixes = {hash_id_64(c) + hash_id_64(partition_to_key(p)): p for p in files for c in columns}
     out: dict[str, list[ColumnRange]] = {p: [] for p in files}
+    if not prefixes:
+        return out
     for fs in mdt.file_slices(COLUMN_STATS):
-        merged = merge_file_slice(mdt.storage, mdt.timeline, fs.base_file, list(fs.log_files))
+        merged = merge_slice_keys(mdt.storage, mdt.timeline, fs.base_file, list(fs.log_files),
+                                  prefixes=prefixes)
         for key, entry in sorted(merged.entries.items()):
             partition = prefixes.get(key[:24])  # two 12-character hashes
             if partition is None:

@@ -27,7 +27,9 @@ HFile block of each at a time, meets every key once, with its records in (base, 
 position in block) order; delete blocks are one block each and sorted in memory. Merged records
 go straight to a ``BaseHFileWriter``. Memory: one HFile block per input, the block indexes,
 the keys of one delete block, the output block being filled and the bloom filter -- not the
-file group.
+file group. ``merge_slice_keys``, for a commit reading a few keys (record-index owners of
+deleted keys) or key prefixes (the ``column_stats`` records of the touched partitions, as
+Hudi's prefix lookups): the same merge, reading only the HFile blocks that can hold them.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from __future__ import annotations
 import heapq
 import io
 import itertools
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from operator import itemgetter
 from typing import Any
@@ -64,6 +66,7 @@ __all__ = [
     "compact_file_slice",
     "compacted_cells",
     "merge_file_slice",
+    "merge_slice_keys",
     "with_file_name",
 ]
 
@@ -375,6 +378,68 @@ def merge_file_slice(storage: Storage, timeline: Timeline, base_file: str | None
             out[key] = _combine(out[key], newer) if key in out else newer
     return MergedSlice(out, len(from_logs))
 
+
+
+def merge_slice_keys(storage: Storage, timeline: Timeline, base_file: str | None, log_files: list[str],
+                     *, keys: Iterable[str] = (), prefixes: Iterable[str] = ()) -> MergedSlice:
+    """``merge_file_slice`` restricted to the records of ``keys`` and of the keys starting with one
+    of ``prefixes``: the same merged entries for them, without reading the rest of the slice.
+
+    The base HFile is read through its block index (``HFileReader.scan_rows``: only the data
+    blocks that can hold the wanted rows), the HFile of every log data block the same way, and
+    a delete block's keys are filtered; the merge rules are ``merge_file_slice``'s. Memory: one
+    HFile block, the keys of one delete block and the wanted records. ``log_keys`` counts the
+    wanted keys the log files touched.
+    """
+    key_set = set(keys)
+    rows = sorted(k.encode("utf-8") for k in key_set)
+    heads = sorted({p.encode("utf-8") for p in prefixes})
+    head_tuple = tuple(p.decode("utf-8") for p in heads)
+
+    def wanted_cells(reader: HFileReader) -> Iterator[tuple[bytes, bytes]]:
+        # one pass per kind, each in file order; a key wanted both ways is merged once
+        seen: set[bytes] = set()
+        for row, value in reader.scan_rows(heads, prefix=True) if heads else ():
+            seen.add(row)
+            yield row, value
+        for row, value in reader.scan_rows(rows) if rows else ():
+            if row not in seen:
+                yield row, value
+
+    def ordered(reader: HFileReader) -> list[tuple[bytes, bytes]]:
+        # both passes merged back into file order (rows sorted; equal rows keep their order)
+        return sorted(wanted_cells(reader), key=itemgetter(0)) if rows and heads \
+            else list(wanted_cells(reader))
+
+    decoder = _Decoder()
+    from_logs: dict[str, _Entry | None] = {}
+    for block in _valid_blocks(storage, timeline, log_files):
+        if block.block_type is BlockType.DELETE:
+            for rec in delete_block_records(block):
+                key = rec.record_key
+                if key is not None and (key in key_set or key.startswith(head_tuple)):
+                    from_logs[key] = None
+            continue
+        reader = _log_block_reader(block)
+        schema_json = block.schema_json or reader.schema_json or ""
+        for row, value in ordered(reader):
+            key = row.decode("utf-8")
+            entry = _Entry(decoder.decode(value, schema_json, block.where, key), value, schema_json)
+            prev = from_logs.get(key)
+            from_logs[key] = entry if prev is None else _combine(prev, entry, log_stage=True)
+    out: dict[str, _Entry] = {}
+    if base_file is not None:
+        base = HFileReader.open(storage, base_file)
+        schema_json = base.schema_json or ""
+        for row, value in ordered(base):
+            key = row.decode("utf-8")
+            out[key] = _Entry(decoder.decode(value, schema_json, base_file, key), value, schema_json)
+    for key, newer in from_logs.items():
+        if newer is None:
+            out.pop(key, None)
+        else:
+            out[key] = _combine(out[key], newer) if key in out else newer
+    return MergedSlice(out, len(from_logs))
 
 def _varint(n: int) -> bytes:
     z = (n << 1) ^ (n >> 63)
