@@ -39,6 +39,7 @@ from hoodied.hoodie.locks import TableLock
 from hoodied.hoodie.markers import WriteMarkers
 from hoodied.hoodie.metadata.commit import require_commit_maintainable, write_commit_to_metadata_table
 from hoodied.hoodie.metadata.encode import MetadataRecord
+from hoodied.hoodie.metadata.writer import ShardedRecords
 from hoodied.hoodie.properties import TableConfig
 from hoodied.hoodie.storage import Storage
 from hoodied.hoodie.tasks import OperationRunner, run_in_process
@@ -178,6 +179,7 @@ def commit_attempt(
     record_index: Sequence[MetadataRecord] = (),
     check: Callable[[], None] | None = None,
     mdt_runner: OperationRunner = run_in_process,
+    mdt_sharded: Mapping[str, ShardedRecords] | None = None,
 ) -> None:
     """Complete ``attempt`` of ``result.instant`` with ``metadata`` (encoded by ``encode``; takes ``lock``).
 
@@ -187,7 +189,8 @@ def commit_attempt(
     leaves the attempt inflight), the MDT delta commit T completes before T does, as in Hudi
     (readers ignore it until then), and ``result.instant`` becomes the completed T. The markers
     go afterwards. ``mdt_runner`` runs the operations of an MDT compaction the MDT upkeep runs
-    first (``SparkOperations`` of the attempt's session: one Spark task per MDT file group).
+    first (``SparkOperations`` of the attempt's session: one Spark task per MDT file group), and
+    those of the ``mdt_sharded`` MDT partitions (records built per MDT file group in the tasks).
     """
     instant_time = result.instant.requested_time
     storage = attempt.storage  # every write and delete below is admitted by the fence
@@ -199,7 +202,7 @@ def commit_attempt(
             check()
         write_commit_to_metadata_table(storage, config, lock, instant_time, metadata,
                                        time_settings=time_settings, record_index=record_index,
-                                       runner=mdt_runner)
+                                       runner=mdt_runner, sharded=mdt_sharded)
         lock.ensure_held()
         attempt.fence.check()
         result.instant = writer.complete(instant_time, action, encode(metadata, config.version))

@@ -34,7 +34,12 @@ Tables with a metadata table (versions 8 and 9): after the conflict check, under
 the MDT delta commit T is written and completed (``hoodie.metadata.commit.write_commit_to_metadata_table``:
 the new base files in ``files`` (the replaced ones stay listed until a clean, as in Hudi), their
 ``column_stats`` and ``bloom_filters``, tight-bound ``partition_stats``, and in ``record_index``
-every moved key pointing at its new file group with instant T), then the data instant T. A
+every moved key pointing at its new file group with instant T), then the data instant T. The
+``record_index`` log files are written by Spark tasks, one per MDT file group
+(``hoodie.actions.clustering.MovedKeys`` through ``SparkOperations``): each reads the new base
+files' key column and keeps its group's keys, so the driver never holds the moved keys; a key
+written to two new file groups fails its task after the MDT delta commit went inflight, and the
+attempt is rolled back before a retry like any failed one. A
 crash in between leaves a completed MDT T under a pending data T, which readers ignore; the
 rollback of the failed attempt rolls it back. A table with an MDT partition a clustering cannot
 keep exact is refused before anything is written (``require_commit_maintainable``).
@@ -64,7 +69,6 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.ipc as ipc
-import pyarrow.parquet as pq
 from pyspark.sql import SparkSession
 
 from hoodied.executors.attempt import (
@@ -79,8 +83,8 @@ from hoodied.executors.attempt import (
 )
 from hoodied.executors.engine import Progress, SparkOperations
 from hoodied.hoodie.actions.clustering import (
+    moved_keys,
     output_file_id,
-    record_index_updates,
     replace_commit_metadata,
     require_no_conflict,
     sort_columns,
@@ -91,7 +95,6 @@ from hoodied.hoodie.actions.write_schema import write_schemas
 from hoodied.hoodie.basefile import (
     DEFAULT_ROW_GROUP_ROWS,
     FILE_NAME,
-    RECORD_KEY,
     BaseFileSettings,
     BaseFileWriter,
     repeat_string,
@@ -107,7 +110,7 @@ from hoodied.hoodie.locks import TableLock
 from hoodied.hoodie.markers import IOType, WriteMarkers
 from hoodied.hoodie.merge import MergeSpec
 from hoodied.hoodie.metadata.commit import CLUSTER
-from hoodied.hoodie.metadata.encode import RECORD_INDEX, MetadataRow
+from hoodied.hoodie.metadata.encode import RECORD_INDEX
 from hoodied.hoodie.plan_files import operation_slice
 from hoodied.hoodie.properties import TableConfig
 from hoodied.hoodie.reader import read_file_slice
@@ -450,20 +453,6 @@ def _write_stat(row: dict[str, Any]) -> dict[str, Any]:
     return stat
 
 
-def _moved_keys(
-    storage: Storage, config: TableConfig, instant_time: str, write_stats: list[dict[str, Any]]
-) -> list[MetadataRow]:
-    """The ``record_index`` records of every key the clustering moved (none without a record index)."""
-    if RECORD_INDEX not in config.metadata_partitions:
-        return []
-    moved = []
-    for stat in write_stats:
-        with storage.open(stat["path"]) as f:
-            keys = pq.read_table(f, columns=[RECORD_KEY]).column(RECORD_KEY).to_pylist()
-        moved.append((stat["partitionPath"], stat["fileId"], keys))
-    return record_index_updates(moved, instant_time, config)
-
-
 def execute_clustering(
     storage: Storage,
     config: TableConfig,
@@ -513,9 +502,11 @@ def execute_clustering(
             for s in group:
                 result.replaced.setdefault(s.partition, []).append(s.file_id)
         metadata = replace_commit_metadata(by_partition(result.write_stats), result.replaced, table_schema)
-        moved = _moved_keys(storage, config, instant_time, result.write_stats)
+        # the record-index entries of the moved keys are built in Spark tasks, one per MDT file group
+        moved = moved_keys(storage, config, instant_time, result.write_stats)
         commit_attempt(result, attempt, config, lock, writer, Action.CLUSTERING, metadata,
-                       cm.encode_replace_commit_metadata, time_settings=time_settings, record_index=moved,
+                       cm.encode_replace_commit_metadata, time_settings=time_settings,
+                       mdt_sharded={RECORD_INDEX: moved} if moved is not None else None,
                        check=lambda: require_no_conflict(Timeline.load(storage, config), inst, plan),
                        mdt_runner=SparkOperations(session))
     finally:

@@ -33,19 +33,28 @@ table resets: there a base file no newer than the planned one is known to predat
 
 Record index: clustering moves every record to a new file group; ``record_index_updates``
 gives the ``record_index`` entries (``HoodieMetadataPayload.createRecordIndexUpdate``) of the
-moved keys, pointing at the new file groups with the clustering instant.
+moved keys, pointing at the new file groups with the clustering instant. ``MovedKeys`` gives
+them per MDT file group (``metadata.writer.ShardedRecords``): the operation of one record-index
+file group reads the key column of every new base file batch by batch and keeps the keys that
+route to it, so no driver holds the moved keys (Hudi builds these records in the executors too,
+``BaseFileRecordParsingUtils.generateRLIMetadataHoodieRecordsForBaseFile`` in a ``flatMap``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
+import pyarrow.parquet as pq
+
+from hoodied.hoodie.basefile import RECORD_KEY
 from hoodied.hoodie.errors import InstantStateError, UnsupportedTableError
 from hoodied.hoodie.filenames import BaseFileName
-from hoodied.hoodie.metadata.encode import MetadataRow
+from hoodied.hoodie.metadata.encode import RECORD_INDEX, MetadataRow, file_group_index
 from hoodied.hoodie.metadata.index_records import record_index_record
 from hoodied.hoodie.properties import TableConfig
+from hoodied.hoodie.storage import Storage
 from hoodied.hoodie.timeline.active import Timeline
 from hoodied.hoodie.timeline.instant import Action, Instant, instant_time_to_epoch_ms
 from hoodied.hoodie.timeline.plans import ClusteringPlan
@@ -54,8 +63,10 @@ __all__ = [
     "CLUSTER_OPERATION",
     "SORT_COLUMNS_KEY",
     "TARGET_FILE_MAX_BYTES_KEY",
+    "MovedKeys",
     "WriteConflictError",
     "conflicting_writes",
+    "moved_keys",
     "output_file_id",
     "record_index_updates",
     "replace_commit_metadata",
@@ -223,10 +234,15 @@ def record_index_updates(
     (``BaseFileRecordParsingUtils.generateRLIMetadataHoodieRecordsForBaseFile``), so copies that
     land in one output file give one entry. Copies that land in two different output files
     would need two entries for one key: Hudi refuses that commit (its ``reduceByKeys`` fails on
-    two record-index updates of one key), and so does this, before any metadata-table write;
-    the attempt stays inflight, to be rolled back.
+    two record-index updates of one key), and so does this; the attempt stays inflight, to be
+    rolled back. (Through ``MovedKeys`` the refusal comes from the operation of the key's
+    record-index file group, after the MDT delta commit went inflight: the rollback of the
+    attempt rolls that back too.)
     """
-    millis = instant_time_to_epoch_ms(instant_time, config.tzinfo)
+    return _record_index_rows(moved, instant_time_to_epoch_ms(instant_time, config.tzinfo))
+
+
+def _record_index_rows(moved: Iterable[tuple[str, str, Iterable[str]]], millis: int) -> list[MetadataRow]:
     written_to: dict[str, str] = {}
     out: list[MetadataRow] = []
     for partition, file_id, keys in moved:
@@ -240,3 +256,47 @@ def record_index_updates(
                 )
             out.append((key, record_index_record(key, partition, file_id, millis)))
     return out
+
+
+#: Keys read per batch of a new base file's key column.
+_KEY_BATCH_ROWS = 65536
+
+
+@dataclass(frozen=True, slots=True)
+class MovedKeys:
+    """The ``record_index`` records of a clustering, per MDT file group (``metadata.writer.ShardedRecords``).
+
+    Holds the new base files (partition, file id, path relative to ``storage``), never their
+    keys: ``records(index, count)`` reads every file's key column batch by batch, keeps the keys
+    that ``file_group_index`` routes to file group ``index`` and builds their records as
+    ``record_index_updates`` does, with its duplicate rule: every copy of a key routes to the
+    same file group, so the operation of that group sees them all and refuses a key written to
+    two new file groups there. Memory: the records of one MDT file group plus one key batch.
+    """
+
+    storage: Storage
+    files: tuple[tuple[str, str, str], ...]
+    instant_millis: int
+
+    def records(self, index: int, count: int) -> list[MetadataRow]:
+        moved = [(partition, file_id, self._keys(path, index, count))
+                 for partition, file_id, path in self.files]
+        return _record_index_rows(moved, self.instant_millis)
+
+    def _keys(self, path: str, index: int, count: int) -> Iterator[str]:
+        with self.storage.open(path) as f:
+            for batch in pq.ParquetFile(f).iter_batches(batch_size=_KEY_BATCH_ROWS, columns=[RECORD_KEY]):
+                for key in batch.column(0).to_pylist():
+                    if file_group_index(key, count) == index:
+                        yield key
+
+
+def moved_keys(
+    storage: Storage, config: TableConfig, instant_time: str, write_stats: Iterable[Mapping[str, Any]]
+) -> MovedKeys | None:
+    """The ``MovedKeys`` of a clustering's new base files (its write stats); ``None`` without a
+    record index."""
+    if RECORD_INDEX not in config.metadata_partitions:
+        return None
+    files = tuple((str(s["partitionPath"]), str(s["fileId"]), str(s["path"])) for s in write_stats)
+    return MovedKeys(storage, files, instant_time_to_epoch_ms(instant_time, config.tzinfo))

@@ -22,7 +22,8 @@ with, per MDT partition (``HoodieTableMetadataUtil.convertMetadataToRecords``):
   UTF-8 bytes), type = the writer's ``hoodie.bloom.index.filter.type`` (DYNAMIC_V0), timestamp T
   (``convertMetadataToBloomFilterRecords``; delta write stats get none);
 - ``record_index``: nothing for ``COMPACT`` (``convertMetadataToRecordIndexRecords`` returns
-  early); a clustering passes its moved keys (``record_index`` argument); a ``LOG_COMPACT``
+  early); a clustering passes its moved keys (``sharded``: built per MDT file group by the
+  writer's operations, never in the driver; ``record_index`` for keys already in memory); a ``LOG_COMPACT``
   is not among the early returns in Hudi 1.0.x/1.1.x: the write stat of each new log file
   names only that file, so Hudi reads it alone and writes a record-index delete (a DELETE
   block entry) for every key of its delete blocks (``getRevivedAndDeletedKeysFromMergedLogs``,
@@ -91,7 +92,7 @@ from hoodied.hoodie.metadata.merge import merge_slice_keys
 from hoodied.hoodie.metadata.range_types import column_value_types, schema_typed_ranges
 from hoodied.hoodie.metadata.reader import MetadataTable, metadata_table_in_use
 from hoodied.hoodie.metadata.records import RecordType, partition_to_key
-from hoodied.hoodie.metadata.writer import MetadataWriter, require_mdt_maintainable
+from hoodied.hoodie.metadata.writer import MetadataWriter, ShardedRecords, require_mdt_maintainable
 from hoodied.hoodie.properties import TableConfig
 from hoodied.hoodie.storage import Storage
 from hoodied.hoodie.tasks import OperationRunner, run_in_process
@@ -402,15 +403,18 @@ def write_commit_to_metadata_table(
     time_settings: TimeSettings | None = None,
     record_index: Sequence[MetadataRecord] = (),
     runner: OperationRunner = run_in_process,
+    sharded: Mapping[str, ShardedRecords] | None = None,
 ) -> Instant | None:
     """Write and complete the MDT delta commit of data commit ``instant_time`` (the caller holds
     ``lock`` and completes the data instant right after); None for a table without an MDT.
-    ``runner``: who runs the operations of an MDT compaction the upkeep runs first (``hoodie.tasks``)."""
+    ``runner``: who runs the operations of an MDT compaction the upkeep runs first and those of
+    the ``sharded`` MDT partitions (``MetadataWriter.write_deltacommit``) (``hoodie.tasks``)."""
     if metadata_table_in_use(data_storage, data_config) is None:
         return None
     records = commit_mdt_records(data_storage, data_config, instant_time, commit_metadata,
                                  record_index=record_index)
     writer = MetadataWriter(data_storage, data_config, lock, time_settings=time_settings, runner=runner)
-    done = writer.write_deltacommit(instant_time, records, after_log=lambda: crash_point("mdt-log-written"))
+    done = writer.write_deltacommit(instant_time, records, after_log=lambda: crash_point("mdt-log-written"),
+                                    sharded=sharded)
     crash_point("mdt-done")
     return done

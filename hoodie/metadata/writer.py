@@ -35,6 +35,15 @@ compactions are finished, then an MDT clean and an MDT compaction run when due (
 ``runner`` runs an MDT compaction's per-file-group operations (``hoodie.tasks``: in this process
 by default; the executors pass their Spark session's, one task per MDT file group).
 
+An MDT partition whose records a driver should not hold (a clustering's ``record_index``: one
+record per moved key) comes as ``ShardedRecords`` instead: after the inflight transition the
+writer runs one operation per file group of that partition through ``runner``
+(``MdtShardTask``), which builds the records of its file group where it runs, encodes its
+blocks and writes its log file write-once (write token ``<file group>-1-0``, never one of the
+driver's ``<n>-0-0``), and returns one small row; the driver adds the write stats. A shard that
+fails (a refused record) fails the attempt after the delta commit went inflight: it stays
+inflight and is rolled back before the retry, like any failed attempt.
+
 Which MDT partitions get which records is the caller's business (``metadata.encode``,
 ``metadata.colstats``, ``metadata.clean``, ``metadata.commit``); ``unmaintained_partitions`` tells which MDT
 partitions of a table a caller cannot keep exact, and ``require_mdt_maintainable`` refuses such a
@@ -47,9 +56,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
-from hoodied.hoodie.errors import UnsupportedTableError
+import pyarrow as pa
+
+from hoodied.hoodie.errors import FileAlreadyExistsError, InstantStateError, UnsupportedTableError
 from hoodied.hoodie.filenames import BaseFileName, LogFileName, make_write_token
 from hoodied.hoodie.locks import TableLock
 from hoodied.hoodie.log import (
@@ -84,7 +95,15 @@ from hoodied.hoodie.timeline.writer import TimelineWriter
 
 log = logging.getLogger(__name__)
 
-__all__ = ["MdtLogFile", "MetadataWriter", "require_mdt_maintainable", "unmaintained_partitions"]
+__all__ = [
+    "SHARD_RESULT_SCHEMA",
+    "MdtLogFile",
+    "MdtShardTask",
+    "MetadataWriter",
+    "ShardedRecords",
+    "require_mdt_maintainable",
+    "unmaintained_partitions",
+]
 
 UPSERT_PREPPED = "UPSERT_PREPPED"
 
@@ -103,6 +122,95 @@ class MdtLogFile:
     @property
     def path(self) -> str:
         return f"{self.partition}/{self.name}"
+
+
+class ShardedRecords(Protocol):
+    """The records of one MDT partition, built per file group where the operation runs.
+
+    Picklable (a module-level class of plain values and a ``Storage``): it goes to the engine's
+    tasks. ``records(index, count)`` gives the records (deletes as ``(key, None)``) whose key
+    ``file_group_index`` routes to file group ``index`` of ``count``; it may raise to refuse
+    them (the attempt then fails after the MDT delta commit went inflight).
+    """
+
+    def records(self, index: int, count: int) -> Iterable[MetadataRecord]: ...
+
+
+#: What the operation of one sharded MDT file group returns: the log file it wrote (``name``
+#: empty when the file group received no record), its size and counts.
+SHARD_RESULT_SCHEMA = pa.schema([
+    ("op", pa.int64()),
+    ("partition", pa.string()),
+    ("file_id", pa.string()),
+    ("name", pa.string()),
+    ("size", pa.int64()),
+    ("records", pa.int64()),
+    ("deletes", pa.int64()),
+])
+
+
+@dataclass(frozen=True, slots=True)
+class MdtShardTask:
+    """The per-file-group work of a sharded MDT partition (``hoodie.tasks``): build the records
+    of file group ``index``, encode them as the driver encodes its blocks and write the log file.
+    Pickled to the engine's tasks with the MDT's ``Storage`` (fenced when the data attempt is)."""
+
+    storage: Storage
+    partition: str
+    file_ids: tuple[str, ...]
+    instant_time: str
+    table_version: int
+    source: ShardedRecords
+
+    def __call__(self, index: int, write_token: str) -> pa.RecordBatch:
+        # The name does not take the engine's write token: a retried or duplicate task attempt
+        # must collide with the file of the first (write-once) instead of adding a second log
+        # file of the same records to the file group.
+        del write_token
+        file_id = self.file_ids[index]
+        data: list[MetadataRecord] = []
+        deletes: list[str] = []
+        for key, record in self.source.records(index, len(self.file_ids)):
+            if record is None:
+                deletes.append(key)
+            else:
+                data.append((key, record))
+        name, size = "", 0
+        if data or deletes:
+            encoded = _encode_blocks(self.partition, data, deletes, self.instant_time, self.table_version)
+            name = LogFileName(file_id, self.instant_time, 1, shard_write_token(index)).format()
+            path = f"{self.partition}/{name}"
+            try:
+                size = write_log_file(self.storage, path, encoded)
+            except FileAlreadyExistsError:  # another attempt of this operation wrote it whole
+                size = self.storage.size(path)
+            log.info("%s/%s: written (%d records, %d deletes, %d bytes)",
+                     self.storage.base_uri, path, len(data), len(deletes), size)
+        return pa.RecordBatch.from_pylist(
+            [{"op": index, "partition": self.partition, "file_id": file_id, "name": name, "size": size,
+              "records": len(data), "deletes": len(deletes)}],
+            schema=SHARD_RESULT_SCHEMA,
+        )
+
+
+def shard_write_token(index: int) -> str:
+    """The write token of a sharded file group's log file (stage 1: the driver's are stage 0)."""
+    return make_write_token(index, 1, 0)
+
+
+def _encode_blocks(partition: str, data: list[MetadataRecord], deletes: list[str], instant_time: str,
+                   table_version: int) -> list[bytes]:
+    """One file group's blocks: an HFILE_DATA block of ``data``, then a DELETE block of ``deletes``."""
+    encoded = [encode_hfile_data_block(data, instant_time, table_version)] if data else []
+    if deletes:
+        encoded.append(_delete_block(partition, deletes, instant_time, table_version))
+    return encoded
+
+
+def _delete_block(partition: str, keys: list[str], instant_time: str, table_version: int) -> bytes:
+    header = {HeaderKey.INSTANT_TIME: instant_time, HeaderKey.SCHEMA: metadata_schema_json(table_version)}
+    deletes = [DeleteRecord(key, partition, 0, "IntWrapper") for key in keys]
+    return encode_block(BlockType.DELETE, header, encode_delete_block(deletes))
 
 
 class MetadataWriter:
@@ -167,13 +275,22 @@ class MetadataWriter:
         *,
         operation: str = UPSERT_PREPPED,
         after_log: Callable[[], None] | None = None,
+        sharded: Mapping[str, ShardedRecords] | None = None,
     ) -> Instant:
         """Write and complete MDT delta commit ``instant_time`` holding ``records`` per MDT partition.
 
+        ``sharded``: MDT partitions whose records are built per file group by the operations of
+        ``runner`` (see the module docstring), never held here; a partition is in ``records`` or
+        in ``sharded``, not both. An operation that fails fails this call after the delta commit
+        went inflight (rolled back before the retry, as any failed attempt).
         Returns the completed MDT instant. Idempotent: see the module docstring. ``after_log``
-        is called after each log file is written (a test hook for crashes mid-write).
+        is called after each log file the driver writes (a test hook for crashes mid-write).
         """
-        unknown = sorted(set(records) - set(self.partitions))
+        sharded = dict(sharded or {})
+        both = sorted(set(records) & set(sharded))
+        if both:
+            raise ValueError(f"MDT partition {', '.join(both)} has both in-memory and sharded records")
+        unknown = sorted((set(records) | set(sharded)) - set(self.partitions))
         if unknown:
             raise UnsupportedTableError(
                 f"{METADATA_FOLDER}: MDT partition {', '.join(unknown)} is not among the table's "
@@ -195,11 +312,9 @@ class MetadataWriter:
             for index in sorted(routed):
                 data = [r for r in routed[index] if r[1] is not None]
                 deletes = [key for key, r in routed[index] if r is None]
-                version = self.data_config.version
-                encoded = [encode_hfile_data_block(data, instant_time, version)] if data else []
-                if deletes:
-                    encoded.append(self._delete_block(partition, deletes, instant_time))
+                encoded = _encode_blocks(partition, data, deletes, instant_time, self.data_config.version)
                 blocks.append((partition, groups[index], len(data), len(deletes), encoded))
+        shard_groups = {partition: self.file_groups(partition) for partition in sorted(sharded)}
         # the MDT's own services first, as Hudi runs them when the data writer sets up its MDT writer
         if self.upkeep:
             self.last_upkeep = maintain(self.timeline, self.data_storage, self.data_config,
@@ -221,15 +336,35 @@ class MetadataWriter:
             stats.setdefault(partition, []).append(_write_stat(lf, instant_time))
             if after_log is not None:
                 after_log()
+        for partition, groups in shard_groups.items():
+            self._write_shards(instant_time, partition, groups, sharded[partition], stats)
+        self.lock.ensure_held()  # the operations wrote without the lock: nothing refers to their files yet
+        stats = {p: stats[p] for p in sorted(stats)}  # partition order, as the driver's blocks
         return self.timeline.complete(
             instant_time, Action.DELTA_COMMIT, self._commit_metadata(stats, operation, with_schema=True)
         )
 
-    def _delete_block(self, partition: str, keys: list[str], instant_time: str) -> bytes:
-        header = {HeaderKey.INSTANT_TIME: instant_time,
-                  HeaderKey.SCHEMA: metadata_schema_json(self.data_config.version)}
-        deletes = [DeleteRecord(key, partition, 0, "IntWrapper") for key in keys]
-        return encode_block(BlockType.DELETE, header, encode_delete_block(deletes))
+    def _write_shards(self, instant_time: str, partition: str, groups: list[str], source: ShardedRecords,
+                      stats: dict[str, list[dict[str, Any]]]) -> None:
+        """One ``runner`` operation per file group of ``partition``; their log files' write stats
+        go to ``stats`` in file group order."""
+        self.lock.ensure_held()
+        task = MdtShardTask(self.storage, partition, tuple(groups), instant_time, self.data_config.version,
+                            source)
+        rows = self.runner(len(groups), task, SHARD_RESULT_SCHEMA,
+                           description=f"MDT {partition} of delta commit {instant_time}").to_pylist()
+        by_op = {int(r["op"]): r for r in rows}
+        if sorted(by_op) != list(range(len(groups))):
+            raise InstantStateError(
+                f"{METADATA_FOLDER}/{partition}: delta commit {instant_time}: results for {len(by_op)} "
+                f"of {len(groups)} file groups")
+        for index in range(len(groups)):
+            row = by_op[index]
+            if not row["name"]:
+                continue
+            lf = MdtLogFile(partition, str(row["file_id"]), str(row["name"]), int(row["size"]),
+                            int(row["records"]), int(row["deletes"]))
+            stats.setdefault(partition, []).append(_write_stat(lf, instant_time))
 
     def _data_completed(self, instant_time: str) -> bool:
         """Whether the data instant ``instant_time`` is completed on the data timeline."""

@@ -6,7 +6,8 @@ the fixture's base files as a new file group (through the metadata-table writer,
 tests do), so every key of that file lives in two file groups. Clustering both groups into one
 output file keeps both copies of every row (clustering never merges records) and writes one
 record-index entry per key, as Hudi does; copies split across two output files are refused
-before the metadata table is touched.
+(``record_index_updates`` here; in a clustering, the record-index task of the key's MDT file group,
+after the metadata-table delta commit went inflight, so the attempt is rolled back before a retry).
 """
 
 from __future__ import annotations
