@@ -62,6 +62,22 @@ def _proc_stats() -> dict[int, tuple[int, int, str]]:
     return out
 
 
+def descendants(root: int | None = None) -> dict[int, str]:
+    """pid -> command name of every live descendant of ``root`` (default: this process)."""
+    stats = _proc_stats()
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _, _) in stats.items():
+        children.setdefault(ppid, []).append(pid)
+    out: dict[int, str] = {}
+    todo = [root if root is not None else os.getpid()]
+    while todo:
+        for child in children.get(todo.pop(), ()):
+            if child not in out:
+                out[child] = stats[child][2]
+                todo.append(child)
+    return out
+
+
 def tree_cpu_by_command(root: int | None = None, exclude: Collection[int] = ()) -> dict[str, float]:
     """``tree_cpu`` split by command name (``java``, ``python``...): where a step's CPU went."""
     stats = _proc_stats()

@@ -51,7 +51,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -64,7 +63,7 @@ import pyarrow as pa
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the generator lives with the tests
 
-from _measure import median_range, self_cpu, tree_cpu  # noqa: E402
+from _measure import descendants, median_range, self_cpu, tree_cpu  # noqa: E402
 
 from hoodied.hoodie.properties import load_table_config  # noqa: E402
 from hoodied.hoodie.storage import LocalStorage  # noqa: E402
@@ -81,34 +80,10 @@ def _status_mb(field: str, pid: int | str = "self") -> float:
     raise RuntimeError(f"no {field} in /proc/{pid}/status")
 
 
-def _descendants() -> dict[int, str]:
-    """pid -> command name of every live descendant of this process."""
-    parents: dict[int, tuple[int, str]] = {}
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry.name}/stat", "rb") as f:
-                raw = f.read()
-        except OSError:
-            continue
-        comm = raw[raw.index(b"(") + 1: raw.rindex(b")")].decode(errors="replace")
-        parents[int(entry.name)] = (int(raw[raw.rindex(b")") + 2:].split()[1]), comm)
-    out: dict[int, str] = {}
-    todo = [os.getpid()]
-    while todo:
-        pid = todo.pop()
-        for child, (ppid, comm) in parents.items():
-            if ppid == pid and child not in out:
-                out[child] = comm
-                todo.append(child)
-    return out
-
-
 def _peaks(kind: str) -> float:
     """The highest ``VmHWM`` (MB) among live descendants whose command name starts with ``kind``."""
     best = 0.0
-    for pid, comm in _descendants().items():
+    for pid, comm in descendants().items():
         if comm.startswith(kind):
             try:
                 best = max(best, _status_mb("VmHWM", pid))

@@ -37,7 +37,7 @@ from __future__ import annotations
 import heapq
 import io
 import itertools
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from operator import itemgetter
 from typing import Any
@@ -349,26 +349,48 @@ def merge_file_slice(storage: Storage, timeline: Timeline, base_file: str | None
     version 8 files written by Hudi 1.0 do not always follow it; only the order of entries
     inside a record differs then).
     """
+    return _merge(
+        storage, timeline, base_file, log_files,
+        open_log=lambda block: HFileReader(hfile_block_content(block), block.where),
+        open_base=lambda path: HFileReader(storage.read(path), path),
+        cells=HFileReader.iter_cells,
+        wanted=lambda key: True,
+    )
+
+
+def _merge(
+    storage: Storage,
+    timeline: Timeline,
+    base_file: str | None,
+    log_files: list[str],
+    *,
+    open_log: Callable[[LogBlock], HFileReader],
+    open_base: Callable[[str], HFileReader],
+    cells: Callable[[HFileReader], Iterable[tuple[bytes, bytes]]],
+    wanted: Callable[[str], bool],
+) -> MergedSlice:
+    """The two stages of ``merge_file_slice`` over the ``cells`` of each HFile (log blocks, then the
+    base file) and the ``wanted`` keys of the delete blocks."""
     decoder = _Decoder()
     from_logs: dict[str, _Entry | None] = {}
     for block in _valid_blocks(storage, timeline, log_files):
         if block.block_type is BlockType.DELETE:
             for rec in delete_block_records(block):
-                if rec.record_key is not None:
+                if rec.record_key is not None and wanted(rec.record_key):
                     from_logs[rec.record_key] = None
             continue
-        reader = HFileReader(hfile_block_content(block), block.where)
+        reader = open_log(block)
         schema_json = block.schema_json or reader.schema_json or ""
-        for row, value in reader.iter_cells():
+        for row, value in cells(reader):
             key = row.decode("utf-8")
             entry = _Entry(decoder.decode(value, schema_json, block.where, key), value, schema_json)
             prev = from_logs.get(key)
             from_logs[key] = entry if prev is None else _combine(prev, entry, log_stage=True)
     out: dict[str, _Entry] = {}
     if base_file is not None:
-        reader = HFileReader(storage.read(base_file), base_file)
-        schema_json = reader.schema_json or ""
-        for row, value in reader.iter_cells():
+        base = open_base(base_file)
+        schema_json = base.schema_json or ""
+        for row, value in cells(base):
             key = row.decode("utf-8")
             out[key] = _Entry(decoder.decode(value, schema_json, base_file, key), value, schema_json)
     for key, newer in from_logs.items():
@@ -411,35 +433,13 @@ def merge_slice_keys(storage: Storage, timeline: Timeline, base_file: str | None
         return sorted(wanted_cells(reader), key=itemgetter(0)) if rows and heads \
             else list(wanted_cells(reader))
 
-    decoder = _Decoder()
-    from_logs: dict[str, _Entry | None] = {}
-    for block in _valid_blocks(storage, timeline, log_files):
-        if block.block_type is BlockType.DELETE:
-            for rec in delete_block_records(block):
-                key = rec.record_key
-                if key is not None and (key in key_set or key.startswith(head_tuple)):
-                    from_logs[key] = None
-            continue
-        reader = _log_block_reader(block)
-        schema_json = block.schema_json or reader.schema_json or ""
-        for row, value in ordered(reader):
-            key = row.decode("utf-8")
-            entry = _Entry(decoder.decode(value, schema_json, block.where, key), value, schema_json)
-            prev = from_logs.get(key)
-            from_logs[key] = entry if prev is None else _combine(prev, entry, log_stage=True)
-    out: dict[str, _Entry] = {}
-    if base_file is not None:
-        base = HFileReader.open(storage, base_file)
-        schema_json = base.schema_json or ""
-        for row, value in ordered(base):
-            key = row.decode("utf-8")
-            out[key] = _Entry(decoder.decode(value, schema_json, base_file, key), value, schema_json)
-    for key, newer in from_logs.items():
-        if newer is None:
-            out.pop(key, None)
-        else:
-            out[key] = _combine(out[key], newer) if key in out else newer
-    return MergedSlice(out, len(from_logs))
+    return _merge(
+        storage, timeline, base_file, log_files,
+        open_log=_log_block_reader,
+        open_base=lambda path: HFileReader.open(storage, path),
+        cells=ordered,
+        wanted=lambda key: key in key_set or key.startswith(head_tuple),
+    )
 
 def _varint(n: int) -> bytes:
     z = (n << 1) ^ (n >> 63)

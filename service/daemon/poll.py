@@ -85,7 +85,7 @@ import os
 import random
 import time
 import zlib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import tzinfo
 from typing import TYPE_CHECKING
@@ -346,19 +346,7 @@ def _complete_from_counts(
     counts of the names (no ``Timeline`` built; ``scan_names`` leaves out pending replacecommits,
     the one pending instant whose service needs its plan read)."""
     config = result.config
-    beats: dict[str, int] | None = None
-    tz = config.tzinfo
-    for inst in scan.pending:
-        service = TableService.of_action(inst.action)
-        result.services[(inst.requested_time, inst.action)] = service
-        if service is None:
-            continue
-        alive = False
-        if inst.state is State.INFLIGHT:
-            if beats is None:
-                beats = _heartbeats(storage)
-            alive = now - beats.get(inst.requested_time, 0) <= expiry
-        result.pending.append(PendingItem(inst, service, alive, instant_epoch(inst.requested_time, tz)))
+    _add_pending(storage, result, ((i, TableService.of_action(i.action)) for i in scan.pending), now, expiry)
     counts = scan.counts
     if config.is_mor:
         since = counts.latest_completed((Action.COMPACTION,)) or ""
@@ -373,6 +361,24 @@ def _complete_from_counts(
     return result
 
 
+def _add_pending(storage: Storage, result: PollResult,
+                 pending: Iterable[tuple[Instant, TableService | None]], now: int, expiry: int) -> None:
+    """Each pending instant's service into ``result.services`` and, for a table service, a
+    ``PendingItem`` with whether its heartbeat is alive (the heartbeats listed once, when needed)."""
+    beats: dict[str, int] | None = None
+    tz = result.config.tzinfo
+    for inst, service in pending:
+        result.services[(inst.requested_time, inst.action)] = service
+        if service is None:
+            continue
+        alive = False
+        if inst.state is State.INFLIGHT:
+            if beats is None:
+                beats = _heartbeats(storage)
+            alive = now - beats.get(inst.requested_time, 0) <= expiry
+        result.pending.append(PendingItem(inst, service, alive, instant_epoch(inst.requested_time, tz)))
+
+
 #: The view of a result under construction (``_complete`` sets the real one).
 _EMPTY = CompactTimeline(0, "", (), ())
 
@@ -385,20 +391,13 @@ def _complete(
     then the timeline is kept as its compact ``view`` only."""
     config = result.config
     known = cached.services if cached is not None else {}
-    beats: dict[str, int] | None = None
-    tz = config.tzinfo
-    for inst in timeline.pending():
-        key = (inst.requested_time, inst.action)
-        service = known[key] if key in known else service_of(timeline, inst)
-        result.services[key] = service
-        if service is None:
-            continue
-        alive = False
-        if inst.state is State.INFLIGHT:
-            if beats is None:
-                beats = _heartbeats(storage)
-            alive = now - beats.get(inst.requested_time, 0) <= expiry
-        result.pending.append(PendingItem(inst, service, alive, instant_epoch(inst.requested_time, tz)))
+
+    def services() -> Iterator[tuple[Instant, TableService | None]]:
+        for inst in timeline.pending():
+            key = (inst.requested_time, inst.action)
+            yield inst, known[key] if key in known else service_of(timeline, inst)
+
+    _add_pending(storage, result, services(), now, expiry)
     result.delta_commits_since_compaction = _delta_commits(timeline, config)
     _evaluate_due(result, timeline, policy, registry, started)  # sets the view
     result.seconds = time.monotonic() - started
