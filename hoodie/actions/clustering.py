@@ -46,12 +46,13 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from hoodied.hoodie.basefile import RECORD_KEY
 from hoodied.hoodie.errors import InstantStateError, UnsupportedTableError
 from hoodied.hoodie.filenames import BaseFileName
-from hoodied.hoodie.metadata.encode import RECORD_INDEX, MetadataRow, file_group_index
+from hoodied.hoodie.metadata.encode import RECORD_INDEX, MetadataRow, file_group_indexes
 from hoodied.hoodie.metadata.index_records import record_index_record
 from hoodied.hoodie.properties import TableConfig
 from hoodied.hoodie.storage import Storage
@@ -286,9 +287,9 @@ class MovedKeys:
     def _keys(self, path: str, index: int, count: int) -> Iterator[str]:
         with self.storage.open(path) as f:
             for batch in pq.ParquetFile(f).iter_batches(batch_size=_KEY_BATCH_ROWS, columns=[RECORD_KEY]):
-                for key in batch.column(0).to_pylist():
-                    if file_group_index(key, count) == index:
-                        yield key
+                keys = batch.column(0)
+                # routed in numpy, a batch at once: only this group's keys become Python strings
+                yield from keys.filter(pa.array(file_group_indexes(keys, count) == index)).to_pylist()
 
 
 def moved_keys(

@@ -34,6 +34,9 @@ from importlib import resources
 from typing import Any
 
 import fastavro
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 from fastavro.types import Schema
 
 from hoodied.hoodie.errors import UnsupportedTableError
@@ -59,6 +62,7 @@ __all__ = [
     "encode_value",
     "file_group_id",
     "file_group_index",
+    "file_group_indexes",
     "files_record",
     "hash_id_128",
     "hash_id_64",
@@ -233,6 +237,34 @@ def file_group_index(record_key: str, num_file_groups: int) -> int:
     # Java: Math.abs(Math.abs(h) % n). For h = Integer.MIN_VALUE the inner abs stays negative,
     # the truncating % keeps the sign and the outer abs removes it: |h| mod n in every case.
     return abs(_java_string_hash(record_key)) % num_file_groups
+
+
+def file_group_indexes(record_keys: pa.Array, num_file_groups: int) -> np.ndarray:
+    """``file_group_index`` of every key of a string array at once (int64), for a task that routes
+    many keys: ASCII keys (one UTF-16 unit per byte) are hashed in numpy, as ``String.hashCode``'s
+    polynomial of the units in base 31 modulo 2^32; an array holding other keys goes key by key."""
+    if num_file_groups <= 0:
+        raise ValueError(f"an MDT partition has at least one file group, not {num_file_groups}")
+    keys = record_keys.cast(pa.large_string())
+    if keys.null_count or not pc.all(pc.string_is_ascii(keys)).as_py():
+        return np.array([file_group_index(k, num_file_groups) for k in keys.to_pylist()], dtype=np.int64)
+    _, offsets_buffer, data_buffer = keys.buffers()
+    if offsets_buffer is None or data_buffer is None:  # no key, or only empty keys (hash 0)
+        return np.zeros(len(keys), dtype=np.int64)
+    offsets = np.frombuffer(offsets_buffer, dtype=np.int64)[keys.offset : keys.offset + len(keys) + 1]
+    data = np.frombuffer(data_buffer, dtype=np.uint8)
+    starts, lengths = offsets[:-1], np.diff(offsets)
+    hashes = np.zeros(len(keys), dtype=np.uint32)
+    # Horner's rule a column at a time over the keys of one length; uint32 wraps as Java's int does
+    for length in np.unique(lengths).tolist():
+        rows = np.flatnonzero(lengths == length)
+        units = data[starts[rows, None] + np.arange(length)]
+        h = np.zeros(len(rows), dtype=np.uint32)
+        for column in range(length):
+            h = h * np.uint32(31) + units[:, column]
+        hashes[rows] = h
+    signed = hashes.view(np.int32).astype(np.int64)
+    return np.abs(signed) % num_file_groups
 
 
 def file_group_id(mdt_partition: str, index: int) -> str:

@@ -40,6 +40,7 @@ from hoodied.hoodie.metadata.encode import (
     encode_value,
     file_group_id,
     file_group_index,
+    file_group_indexes,
     files_record,
     hash_id_64,
     hash_id_128,
@@ -136,6 +137,26 @@ def test_hashes_and_keys() -> None:
         file_group_index("x", 0)
 
 
+def test_file_group_indexes_route_as_file_group_index() -> None:
+    rng = random.Random(7)
+    alphabet = "abcxyz0129-_:/.=é日𝄞"
+    keys = ["", "a", "polygenelubricants", "polygenelubricants" * 3, str(uuid.UUID(int=rng.getrandbits(128)))]
+    ascii_only = alphabet[:13]
+    keys += ["".join(rng.choice(ascii_only) for _ in range(rng.choice((1, 7, 36, 90)))) for _ in range(3000)]
+    mixed = keys + ["".join(rng.choice(alphabet) for _ in range(12)) for _ in range(50)]  # non-ASCII
+    for values in (keys, mixed):
+        array = pa.array(values)
+        for n in (1, 2, 10, 1000):
+            assert file_group_indexes(array, n).tolist() == [file_group_index(k, n) for k in values], n
+        # a slice of an array starts at an offset into the same buffers
+        sliced = [file_group_index(k, 13) for k in values[7:1500]]
+        assert file_group_indexes(array[7:1500], 13).tolist() == sliced
+    assert file_group_indexes(pa.array([], pa.string()), 3).tolist() == []
+    assert file_group_indexes(pa.array(["", ""]), 3).tolist() == [0, 0]
+    with pytest.raises(ValueError):
+        file_group_indexes(pa.array(["x"]), 0)
+
+
 @pytest.mark.parametrize("fid", MDT_TABLES)
 def test_keys_land_in_hudis_file_groups(fid: str, shared_table) -> None:
     """files, column_stats, partition_stats, record_index: every cell sits in the file group
@@ -148,11 +169,13 @@ def test_keys_land_in_hudis_file_groups(fid: str, shared_table) -> None:
         if name is not None:
             groups[p.parent.name].add(name.file_id)
     checked: Counter[str] = Counter()
+    by_partition: dict[str, list[tuple[str, str]]] = defaultdict(list)
     for cell in mdt_cells(root):
         if cell.partition.startswith("secondary_index"):
             continue  # hashed on the secondary-key prefix (V2), not the row key
         n = len(groups[cell.partition])
         assert file_group_id(cell.partition, file_group_index(cell.key, n)) == cell.file_id, cell.key
+        by_partition[cell.partition].append((cell.key, cell.file_id))
         stats = cell.record["ColumnStatsMetadata"]
         if cell.partition == "column_stats":  # the data partition is not stored in the value
             assert cell.key.startswith(hash_id_64(stats["columnName"]))
@@ -161,6 +184,11 @@ def test_keys_land_in_hudis_file_groups(fid: str, shared_table) -> None:
             assert cell.key == partition_stats_key(stats["columnName"], key_to_partition(stats["fileName"]))
         checked[cell.partition] += 1
     assert checked["files"] and checked["record_index"] and checked["column_stats"]
+    # the vectorised routing (clustering's record-index tasks) agrees with Hudi's file groups too
+    for partition, cells in by_partition.items():
+        n = len(groups[partition])
+        routed = file_group_indexes(pa.array([key for key, _ in cells]), n)
+        assert [file_group_id(partition, i) for i in routed.tolist()] == [fid for _, fid in cells], partition
 
 
 # --- files partition -----------------------------------------------------------------------------
