@@ -125,7 +125,14 @@ def _split(folder: str, names: Iterable[str], *, exact: bool) -> tuple[list[_Don
             f"{requested}.{action}.{state}" for _, requested, _, action in done if action not in _FILES_KEPT
             for state in _STATE_NAMES
         ])
-    for name in state_files:
+    _split_state_files(folder, state_files, done, pending)
+    return done, pending
+
+
+def _split_state_files(folder: str, names: Iterable[str], done: list[_Done], pending: list[_Pending]) -> None:
+    """``T.action.state`` names of 17-digit times into ``pending``, split with string methods; any
+    other name through ``_parse_slowly`` (into ``done`` or ``pending``)."""
+    for name in names:
         head, _, rest = name.partition(".")
         act, _, state_s = rest.partition(".")
         found, state = _ACTIONS.get(act), _STATES.get(state_s)
@@ -133,7 +140,6 @@ def _split(folder: str, names: Iterable[str], *, exact: bool) -> tuple[list[_Don
             pending.append((name, head, found, state))
         else:
             _parse_slowly(folder, name, done, pending)
-    return done, pending
 
 
 def _parse_slowly(folder: str, name: str, done: list[_Done], pending: list[_Pending]) -> None:
@@ -393,14 +399,7 @@ def _split_pending(
     """``scan_names``' second step: the names left parsed into ``pending_files`` (any completed one
     among them into ``completed``); ``False`` when one needs more than its name."""
     odd_done: list[_Done] = []
-    for name in others:
-        head, _, rest = name.partition(".")
-        act, _, state_s = rest.partition(".")
-        found, state = _ACTIONS.get(act), _STATES.get(state_s)
-        if found is not None and state is not None and len(head) == 17 and head.isdigit():
-            pending_files.append((name, head, found, state))
-        else:
-            _parse_slowly(folder, name, odd_done, pending_files)
+    _split_state_files(folder, others, odd_done, pending_files)
     for name, requested, completion, action in odd_done:  # (names outside ``_completed_names``' grammar)
         if action is Action.SCHEMA_COMMIT:
             continue
