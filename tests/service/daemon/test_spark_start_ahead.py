@@ -5,7 +5,7 @@
   started (the job waited for that start, it did not start a second one), the compaction
   completed and hudi-rs reads the rows it read before;
 - SIGTERM while that start is under way (a local JVM launched, ``/status`` saying ``starting``):
-  exit 0 within the grace period, and the JVM does not outlive the daemon's process group;
+  exit 0 within 2 s past the grace period, and the JVM does not outlive the daemon's process group;
 - a start against a Spark Connect port that accepts connections and never answers: while it
   waits, polls go on and ``/healthz`` answers 200; once ``spark.start_timeout_seconds`` is past,
   the engine is down (``/readyz`` 503, ``hoodied_engine_up`` 0, ``/status`` naming the problem).
