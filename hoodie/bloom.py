@@ -186,11 +186,11 @@ def _murmur_block(words: np.ndarray, tail: np.ndarray | None, length: int, seeds
     return h
 
 
-def _positions_block(mat: np.ndarray, nb_hash: int, vector_size: int) -> np.ndarray:
-    """n × nb_hash positions for a block of equal-length keys."""
+def _positions_block(mat: np.ndarray, nb_hash: int, vector_size: int, out: np.ndarray) -> None:
+    """Fill ``out`` (nb_hash × n uint32, one row per hash) with the positions of a block of
+    equal-length keys."""
     # One contiguous row per hash, in 32 bits: |h| of a Java int is at most 2**31 (abs(-2**31)
     # stays -2**31, whose unsigned view is 2**31), so the remainder needs no 64-bit division.
-    out = np.empty((nb_hash, mat.shape[0]), dtype=np.uint32)
     seeds = np.zeros(mat.shape[0], dtype=np.uint32)
     size = np.uint32(vector_size)
     with np.errstate(over="ignore"):
@@ -198,7 +198,6 @@ def _positions_block(mat: np.ndarray, nb_hash: int, vector_size: int) -> np.ndar
         for j in range(nb_hash):
             seeds = _murmur_block(words, tail, mat.shape[1], seeds)
             np.remainder(np.abs(seeds.view(np.int32)).view(np.uint32), size, out=out[j])
-    return out.T
 
 
 def _utf8_buffers(keys: pa.Array | pa.ChunkedArray | Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
@@ -216,24 +215,39 @@ def _utf8_buffers(keys: pa.Array | pa.ChunkedArray | Sequence[str]) -> tuple[np.
     return offsets, data
 
 
+def _positions_by_hash(
+    keys: pa.Array | pa.ChunkedArray | Sequence[str], nb_hash: int, vector_size: int
+) -> np.ndarray:
+    """Positions of many keys, hash-major: an ``nb_hash × n`` uint32 array, columns in key order."""
+    offsets, data = _utf8_buffers(keys)
+    n = len(offsets) - 1
+    out = np.empty((nb_hash, n), dtype=np.intp)
+    if n == 0:
+        return out
+    lengths = np.diff(offsets)
+    if not lengths.all():
+        raise ValueError("bloom filter keys must not be empty")
+    first = int(lengths[0])
+    if (lengths == first).all():
+        # Equal lengths (zero-padded numbers, UUIDs): the values are contiguous, so the key bytes
+        # are one n × L view of the data buffer, with no gather.
+        start = int(offsets[0])
+        _positions_block(data[start : start + n * first].reshape(n, first), nb_hash, vector_size, out)
+        return out
+    starts = offsets[:-1]
+    for length in np.unique(lengths):
+        idx = np.nonzero(lengths == length)[0]
+        block = np.empty((nb_hash, len(idx)), dtype=np.intp)
+        _positions_block(data[starts[idx][:, None] + np.arange(length)[None, :]], nb_hash, vector_size, block)
+        out[:, idx] = block
+    return out
+
+
 def hash_positions_bulk(
     keys: pa.Array | pa.ChunkedArray | Sequence[str], nb_hash: int, vector_size: int
 ) -> np.ndarray:
     """Positions of many keys at once: an ``n × nb_hash`` int64 array, rows in key order."""
-    offsets, data = _utf8_buffers(keys)
-    n = len(offsets) - 1
-    out = np.empty((n, nb_hash), dtype=np.int64)
-    if n == 0:
-        return out
-    starts = offsets[:-1]
-    lengths = np.diff(offsets)
-    if (lengths == 0).any():
-        raise ValueError("bloom filter keys must not be empty")
-    for length in np.unique(lengths):
-        idx = np.nonzero(lengths == length)[0]
-        mat = data[starts[idx][:, None] + np.arange(length)[None, :]]
-        out[idx] = _positions_block(mat, nb_hash, vector_size)
-    return out
+    return _positions_by_hash(keys, nb_hash, vector_size).T.astype(np.int64)
 
 
 # ---------------------------------------------------------------- the filter
@@ -283,7 +297,7 @@ class BloomFilter:
 
     def add(self, key: str) -> None:
         self._check_hash()
-        row = self._next_rows(1)[0]
+        row, _ = self._next_rows(1)[0]
         self.rows[row][hash_positions(key.encode("utf-8"), self.nb_hash, self.vector_size)] = True
 
     def add_keys(self, keys: pa.Array | pa.ChunkedArray | Iterable[str]) -> None:
@@ -297,29 +311,31 @@ class BloomFilter:
             self._add_slice(keys.slice(start, _ADD_SLICE))
 
     def _add_slice(self, keys: pa.Array | pa.ChunkedArray) -> None:
-        pos = hash_positions_bulk(keys, self.nb_hash, self.vector_size)
-        rows = self._next_rows(len(keys))
-        if len(self.rows) == 1:
-            self.rows[0][pos.ravel()] = True
-            return
-        for r in np.unique(rows):
-            self.rows[r][pos[rows == r].ravel()] = True
+        pos = _positions_by_hash(keys, self.nb_hash, self.vector_size)
+        for row, keys_of_row in self._next_rows(len(keys)):
+            self.rows[row][pos[:, keys_of_row]] = True
 
-    def _next_rows(self, count: int) -> np.ndarray:
-        """Row index of each of the next ``count`` keys, advancing the dynamic-filter state.
+    def _next_rows(self, count: int) -> list[tuple[int, slice]]:
+        """Which row each of the next ``count`` keys goes to, advancing the dynamic-filter state:
+        (row, slice of those keys) runs, so the positions are never copied by a mask.
 
         Mirrors ``InternalDynamicBloomFilter.getActiveStandardBF``: the last row takes keys
         until it holds ``nr``; then a new row is added while ``rows * nr < max_entries``;
-        otherwise the filter is "full" and keys go round-robin over all rows.
+        otherwise the filter is "full" and keys go round-robin over all rows (a strided slice
+        per row).
         """
         if not self.is_dynamic:
-            return np.zeros(count, dtype=np.int64)
-        out = np.empty(count, dtype=np.int64)
+            return [(0, slice(0, count))]
+        runs: list[tuple[int, slice]] = []
         i = 0
         while i < count:
             if self._reached_max:
-                n = count - i
-                out[i:] = (self._cur_index + np.arange(n)) % len(self.rows)
+                n, rows = count - i, len(self.rows)
+                for row in range(rows):
+                    # key i + j goes to row (cur + j) % rows
+                    first = i + (row - self._cur_index) % rows
+                    if first < count:
+                        runs.append((row, slice(first, count, rows)))
                 self._cur_index += n
                 self.current_nb_record += n
                 break
@@ -330,15 +346,15 @@ class BloomFilter:
                 else:
                     # The key that hits the bound goes to row 0, without advancing the index.
                     self._reached_max = True
-                    out[i] = 0
+                    runs.append((0, slice(i, i + 1)))
                     self.current_nb_record += 1
                     i += 1
                     continue
             take = min(count - i, self.nr - self.current_nb_record)
-            out[i : i + take] = len(self.rows) - 1
+            runs.append((len(self.rows) - 1, slice(i, i + take)))
             self.current_nb_record += take
             i += take
-        return out
+        return runs
 
     # -- testing
 
@@ -350,10 +366,10 @@ class BloomFilter:
     def might_contain_many(self, keys: pa.Array | pa.ChunkedArray | Sequence[str]) -> np.ndarray:
         """Bool array: which keys may be in the filter."""
         self._check_hash()
-        pos = hash_positions_bulk(keys, self.nb_hash, self.vector_size)
-        hit = np.zeros(pos.shape[0], dtype=bool)
+        pos = _positions_by_hash(keys, self.nb_hash, self.vector_size)
+        hit = np.zeros(pos.shape[1], dtype=bool)
         for row in self.rows:
-            hit |= row[pos].all(axis=1)
+            hit |= row[pos].all(axis=0)
         return hit
 
     def _check_hash(self) -> None:

@@ -97,6 +97,12 @@ def test_bulk_and_scalar_hashing_agree() -> None:
         assert bulk[i].tolist() == hash_positions(k.encode(), 7, 1_000_003)
     sliced = pa.array(keys).slice(5, 30)
     assert (hash_positions_bulk(sliced, 7, 1_000_003) == bulk[5:35]).all()
+    # keys of one length are hashed from a view of the data buffer: sliced, and multi-byte
+    same = pa.array([f"k{i:08d}" for i in range(50)] + ["é€" * 3] * 5).slice(3, 40)
+    for length_block in (same, pa.array(["é€" * 3] * 5)):
+        positions = hash_positions_bulk(length_block, 7, 1_000_003)
+        for i, k in enumerate(length_block.to_pylist()):
+            assert positions[i].tolist() == hash_positions(k.encode(), 7, 1_000_003)
 
 
 def test_dynamic_rows_grow_then_round_robin() -> None:
