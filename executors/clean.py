@@ -46,6 +46,15 @@ removed and is written again. A table with an MDT partition a clean cannot keep 
 refused before anything is written (``hoodie.metadata.clean.require_clean_maintainable``, the
 same rule the planner applies).
 
+Who runs what: the clean itself (its deletes, its MDT delta commit, its completion) always runs in
+the calling process; it never starts an engine. The MDT upkeep that comes with its MDT delta
+commit may compact the metadata table (``hoodie.metadata.compact.max.delta.commits``); that
+compaction's per-file-group operations go to ``mdt_runner`` (``hoodie.tasks``): in this process,
+one file group after the other, by default (``hoodied execute``), or one Spark task per MDT file
+group when the caller hands the runner of a Spark session already running
+(``executors.engine.SparkOperations``: the daemon, ``service.daemon.registry``), as compaction,
+log compaction and clustering do. Memory is bounded either way: each slice's merge streams.
+
 Test hook: with ``HOODIED_TEST_PAUSE_AT`` set to one of ``PAUSE_POINTS`` the executor
 writes the file named by ``HOODIED_TEST_PAUSE_READY`` when it reaches that point and sleeps
 (``HOODIED_TEST_PAUSE_S``, default 60 s), so a test can kill it there with SIGKILL.
@@ -84,6 +93,7 @@ from hoodied.hoodie.metadata.writer import MetadataWriter
 from hoodied.hoodie.plan_files import check_partition, locate
 from hoodied.hoodie.properties import TableConfig
 from hoodied.hoodie.storage import Storage
+from hoodied.hoodie.tasks import OperationRunner, run_in_process
 from hoodied.hoodie.temp_files import DEFAULT_MIN_AGE_S, remove_leftover_temps
 from hoodied.hoodie.timeline.active import Timeline
 from hoodied.hoodie.timeline.instant import Action, Instant, State
@@ -392,9 +402,14 @@ def execute_clean(
     tolerable_misses: int = DEFAULT_TOLERABLE_MISSES,
     force: bool = False,
     temp_file_age_s: float = DEFAULT_MIN_AGE_S,
+    mdt_runner: OperationRunner = run_in_process,
 ) -> CleanResult:
     """Run the pending clean ``clean_time`` to completion (takes ``lock`` itself, twice).
     ``temp_file_age_s``: leftover temp files older than this go too (see the module docstring).
+    ``mdt_runner`` runs the operations of an MDT compaction the clean's MDT delta commit triggers:
+    this process by default (``hoodied execute`` keeps it so: a clean never starts Spark), the
+    daemon's running Spark session when it has one (``SparkOperations``, one task per MDT file
+    group); everything else of the clean runs here either way.
 
     Raises ``InstantStateError`` when there is no such clean or a live executor owns it
     (its heartbeat is fresh; ``force`` overrides), ``HoodieFormatError`` for a plan that
@@ -447,7 +462,7 @@ def execute_clean(
         with lock:
             result.temp_files_removed = remove_leftover_temps(storage, min_age_s=temp_file_age_s)
             if metadata_table_in_use(storage, config) is not None:
-                _write_metadata_table(storage, config, lock, clean_time, plan, time_settings)
+                _write_metadata_table(storage, config, lock, clean_time, plan, time_settings, mdt_runner)
                 crash_point("mdt-done")
             lock.ensure_held()
             attempt.fence.check()
@@ -465,9 +480,11 @@ def _write_metadata_table(
     clean_time: str,
     plan: ResolvedPlan,
     time_settings: TimeSettings | None,
+    mdt_runner: OperationRunner,
 ) -> None:
-    """The MDT delta commit of the clean (the caller holds the lock; see the module docstring)."""
+    """The MDT delta commit of the clean (the caller holds the lock; see the module docstring);
+    an MDT compaction its upkeep runs has its per-file-group operations run by ``mdt_runner``."""
     deleted = {p: [f.file_name for f in entries] for p, entries in plan.files.items()}
     records = clean_records(storage, config, clean_time, deleted)
-    mdt = MetadataWriter(storage, config, lock, time_settings=time_settings)
+    mdt = MetadataWriter(storage, config, lock, time_settings=time_settings, runner=mdt_runner)
     mdt.write_deltacommit(clean_time, records, after_log=lambda: crash_point("mdt-log-written"))

@@ -365,6 +365,8 @@ class SparkEngine:
         self._down_error: EngineUnavailableError | None = None
         self._retry_start_at = 0.0
         self._starting = False
+        self._ahead: threading.Thread | None = None
+        """The thread of ``start_in_background``'s start, once called (``running_session`` waits for it)."""
         self._generation = 0
         """Counts ``close()`` calls: a start begun before one stops its session as soon as it is up."""
 
@@ -384,8 +386,28 @@ class SparkEngine:
             log.info("starting a Spark session on %s in the background", mask_secrets(master))
         thread = threading.Thread(target=self._start_ahead, args=(master, dict(conf or {}), self._generation),
                                   name="hoodied-engine-start", daemon=True)
+        self._ahead = thread
         thread.start()
         return thread
+
+    def running_session(self) -> Any:
+        """The running session, or ``None``; never starts one (work that can run without Spark, a
+        clean's MDT compaction, uses Spark only when it is up anyway).
+
+        A start under way (``start_in_background``'s, or a job's) is waited for, at most about
+        ``start_timeout_s``, and its session returned if it came up. ``None`` when no session was
+        started, while the engine is down (``state``, ``problem``), after ``close()``, or when the
+        start is still going after that wait."""
+        deadline = time.monotonic() + self.start_timeout_s
+        ahead = self._ahead
+        if ahead is not None:
+            ahead.join(self.start_timeout_s)  # from before its thread takes the guard
+        if not self._guard.acquire(timeout=max(deadline - time.monotonic(), 0.0)):  # a job's start
+            return None
+        try:
+            return self._session
+        finally:
+            self._guard.release()
 
     def _start_ahead(self, master: str, conf: Mapping[str, str], generation: int) -> None:
         try:

@@ -23,6 +23,12 @@ executor rolls the failed attempt back first: the Spark services' executor goes 
 ``service.spark_jobs.run_spark_service``, which asks ``service.operations.recover_failed_attempt``.
 The Spark session comes from ``ctx.engine``, the daemon's own ``SparkEngine``.
 
+A clean runs in the daemon's process, but an MDT compaction its MDT delta commit triggers runs its
+operations (one per MDT file group) on the engine's session when one is running or being started
+(``SparkEngine.running_session``: the start ahead of ``spark.start_at_startup`` is waited for), as
+the Spark services' own MDT compactions do; with no session, or the engine down, in the process
+(``hoodie.tasks.run_in_process``). A clean never starts Spark.
+
 Planner contract: ``due(timeline, policy) -> str | None`` is called on every poll, must be
 cheap (timeline only, no file reads beyond it) and says why planning should be tried now;
 ``plan(ctx) -> PlanOutcome`` then plans under the table lock and writes the requested
@@ -39,6 +45,8 @@ timeline the first left and finds nothing more to archive.
 
 from __future__ import annotations
 
+import importlib
+import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -47,9 +55,11 @@ from typing import Any
 from hoodied.executors.archival import ArchivalResult, MdtArchival, execute_archival
 from hoodied.executors.clean import execute_clean
 from hoodied.hoodie.actions.services import TableService
+from hoodied.hoodie.errors import EngineUnavailableError
 from hoodied.hoodie.locks import TableLock
 from hoodied.hoodie.properties import TableConfig, load_table_config
 from hoodied.hoodie.storage import Storage
+from hoodied.hoodie.tasks import OperationRunner, run_in_process
 from hoodied.hoodie.timeline.active import Timeline
 from hoodied.hoodie.timeline.compact import TimelineCounts
 from hoodied.hoodie.timeline.instant import WRITE_ACTIONS, Action, Instant
@@ -72,7 +82,15 @@ from hoodied.planners.log_compaction import (
 )
 from hoodied.service.config import CompactionService, DaemonConfig, LogCompactionService, Policy
 from hoodied.service.failed_writes import rollback_failed_writes
-from hoodied.service.spark_jobs import SPARK_SERVICES, SparkEngine, check_spark_instant, run_spark_service
+from hoodied.service.spark_jobs import (
+    ENGINE_MODULE,
+    SPARK_SERVICES,
+    SparkEngine,
+    check_spark_instant,
+    run_spark_service,
+)
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "FAILED_WRITES_ROLLED_BACK",
@@ -84,6 +102,7 @@ __all__ = [
     "PlannerSpec",
     "Registry",
     "build_registry",
+    "clean_mdt_runner",
     "register_executor",
     "register_planner",
 ]
@@ -286,12 +305,36 @@ def _run_clean(ctx: JobContext) -> str:
     rolled = rollback_failed_writes(ctx.storage, ctx.lock, _failed_writes_options(ctx),
                                     time_settings=ctx.time_settings)
     ctx.counts[FAILED_WRITES_ROLLED_BACK] = len(rolled)
-    result = execute_clean(
-        ctx.storage, ctx.table, ctx.lock, ctx.instant.requested_time,
-        time_settings=ctx.time_settings, heartbeat_interval_ms=hb.interval_ms,
-        tolerable_misses=hb.tolerable_misses,
-    )
+    session, mdt_runner = clean_mdt_runner(ctx.engine)
+    try:
+        result = execute_clean(
+            ctx.storage, ctx.table, ctx.lock, ctx.instant.requested_time,
+            time_settings=ctx.time_settings, heartbeat_interval_ms=hb.interval_ms,
+            tolerable_misses=hb.tolerable_misses, mdt_runner=mdt_runner,
+        )
+    except EngineUnavailableError as exc:
+        # the session was lost during the MDT compaction (``run_operations`` words it so): the engine
+        # discards it; the clean stays inflight and its retry finishes that compaction (MDT upkeep
+        # finishes pending ones first), in the process while the engine is down
+        if session is not None:
+            ctx.engine.lost(session, exc)
+        raise
     return result.summary()
+
+
+def clean_mdt_runner(engine: SparkEngine) -> tuple[Any, OperationRunner]:
+    """Who runs the operations of an MDT compaction a clean triggers: (the engine's running session,
+    ``SparkOperations`` on it) when there is one, else (``None``, ``run_in_process``). Never starts
+    a session (the module docstring)."""
+    session = engine.running_session()
+    if session is None:
+        why = f"Spark engine {engine.state}" + (f" ({engine.problem})" if engine.problem else "")
+        log.debug("%s: a clean's MDT compaction runs in this process", why)
+        return None, run_in_process
+    # by name, as ``service.spark_jobs`` reaches the executors: the daemon's modules never import
+    # pyspark; with a session up the module is imported already
+    runner: OperationRunner = importlib.import_module(ENGINE_MODULE).SparkOperations(session)
+    return session, runner
 
 
 def _clean_due(timeline: Timeline, policy: Policy) -> str | None:
