@@ -20,6 +20,7 @@ from hoodied.hoodie.basefile import (
     KEY_MAX,
     KEY_MIN,
     META_FIELDS,
+    BaseFileSettings,
     BaseFileWriter,
     arrow_to_avro_schema,
     avro_schema_json,
@@ -111,6 +112,26 @@ def test_streaming_writer_bounds_row_groups(tmp_path: Path) -> None:
     assert [md.row_group(i).num_rows for i in range(md.num_row_groups)] == [256, 256, 188]
     keys = pq.read_table(tmp_path / "s.parquet", columns=["_hoodie_record_key"]).column(0).to_pylist()
     assert keys == [f"id-{i:06d}" for i in range(700)]
+
+
+def test_row_groups_close_at_the_block_size_in_arrow_bytes(tmp_path: Path) -> None:
+    """Without a row cap a row group closes once its Arrow data reaches ``hoodie.parquet.block.size``
+    (the batch that crosses it included); the default (120 MiB) keeps a small file in one row group."""
+    storage = LocalStorage(str(tmp_path))
+    schema = with_meta(sample(1)).schema
+    batches = [with_meta(sample(70, start)).to_batches()[0] for start in range(0, 700, 70)]
+    per_batch = batches[0].nbytes
+    settings = BaseFileSettings(block_size=3 * per_batch - 1)  # reached by the third batch
+    avro = avro_schema_json(schema, "t")
+    stats = write_base_file_stream(storage, "b.parquet", schema, iter(batches), avro_schema=avro,
+                                   settings=settings)
+    assert stats.num_records == 700
+    md = pq.ParquetFile(tmp_path / "b.parquet").metadata
+    assert [md.row_group(i).num_rows for i in range(md.num_row_groups)] == [210, 210, 210, 70]
+    keys = pq.read_table(tmp_path / "b.parquet", columns=["_hoodie_record_key"]).column(0).to_pylist()
+    assert keys == [f"id-{i:06d}" for i in range(700)]
+    write_base_file_stream(storage, "d.parquet", schema, iter(batches), avro_schema=avro)
+    assert pq.ParquetFile(tmp_path / "d.parquet").metadata.num_row_groups == 1
 
 
 def test_empty_file_has_filter_but_no_key_range(tmp_path: Path) -> None:

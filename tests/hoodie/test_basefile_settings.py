@@ -92,6 +92,12 @@ def test_dynamic_filter_grows_to_the_configured_bound(tmp_path: Path) -> None:
     assert len(bloom.rows) == 3
 
 
+def test_block_size_is_the_tables_own_or_hudis_default() -> None:
+    assert BaseFileSettings.for_table(config(9)).block_size == 120 * 1024 * 1024
+    own = config(9, **{"hoodie.parquet.block.size": "1048576"})
+    assert BaseFileSettings.for_table(own).block_size == 1048576
+
+
 @pytest.mark.parametrize(
     ("key", "value", "match"),
     [
@@ -99,6 +105,7 @@ def test_dynamic_filter_grows_to_the_configured_bound(tmp_path: Path) -> None:
         ("hoodie.bloom.index.filter.type", "BLOCKED", "hoodie.bloom.index.filter.type='BLOCKED'"),
         ("hoodie.index.bloom.num_entries", "many", "hoodie.index.bloom.num_entries='many'"),
         ("hoodie.index.bloom.fpp", "2", "hoodie.index.bloom.fpp=2.0"),
+        ("hoodie.parquet.block.size", "0", "hoodie.parquet.block.size='0'"),
     ],
 )
 def test_settings_hoodied_cannot_write_are_refused(key: str, value: str, match: str) -> None:
