@@ -44,6 +44,37 @@ JSON line::
      "spark_driver_peak_rss_mb": ..., "driver_seconds": ..., "reference_seconds": ..., ...}, ...],
      "spark_driver_peak_spread": ..., "spark_us_per_key": [...], ...}
 
+With ``--data-table`` it measures instead a data compaction and a clustering of a data table whose
+metadata table has a record index of each key count (``_data_table``, all written by hoodied: a
+merge-on-read table, version 9, of that many keys in 8 partitions and about 32 file groups, one
+delta commit updating 10 % of the keys as log files on every file group, the MDT ``files``
+partition as Hudi's ``initializeFromFilesystem`` writes it, then the ``record_index`` partition built
+by ``executors.indexing.execute_indexing`` from an ``indexing`` instant; built once in a fresh process,
+kept pristine under ``--workdir``). Then, ``--repeats`` times, each on a fresh copy and in a fresh
+Python process on a session that is up as in ``spark``:
+
+* ``compaction``: ``schedule_compaction`` (every file group with log files) +
+  ``service.spark_jobs.run_compaction``, the MDT ``files`` partition kept up to date;
+* ``clustering``: ``schedule_clustering`` (Hudi's size-based plan, default settings: every small
+  file group of a partition into one) + ``run_spark_service``; the record index follows the moved
+  keys (``MovedKeys``, its log files written by Spark tasks, one per record-index file group).
+
+Each reports ``<op>_seconds``, ``<op>_cpu_seconds`` (process tree), ``<op>_driver_peak_rss_mb`` (the
+driver's ``VmHWM``), ``<op>_driver_baseline_rss_mb``, ``<op>_worker_peak_rss_mb`` and
+``<op>_jvm_peak_rss_mb``, measured as ``spark`` measures them (median and ``_range``). After each run
+(not timed) the operation must have written every row, hudi-rs must read as many rows as before
+and hoodied's MDT reader must find one record index entry per key, none naming a file group
+outside the table's latest view, or the bench fails.
+Per key count also ``file_groups``, ``updates``, ``build_seconds`` / ``indexing_seconds`` (of the
+build, ``build_reused`` when an earlier run made it), ``compacted_file_groups``, ``clustered_file_groups`` and
+``clustering_new_file_groups``; across key counts ``<op>_driver_peak_spread``, ``<op>_us_per_key``
+and ``<op>_cpu_us_per_key``::
+
+    {"mode": "data-table", "keys": [...], "repeats": 1, "spark": "local[2]", "runs": [{"keys": ...,
+     "compaction_seconds": ..., "compaction_driver_peak_rss_mb": ..., "clustering_seconds": ...,
+     "clustering_worker_peak_rss_mb": ..., ...}, ...], "compaction_driver_peak_spread": ...,
+     "clustering_driver_peak_spread": ..., ...}
+
 On a busy machine the CPU figures are the robust ones.
 """
 
@@ -179,12 +210,49 @@ def _child_reference(table: Path, master: str) -> dict[str, Any]:
             "peak_rss_mb": _status_mb("VmHWM")}
 
 
-_CHILDREN = {"driver": _child_driver, "spark": _child_spark, "reference": _child_reference}
+def _child_data_build(table: Path, master: str, keys: int) -> dict[str, Any]:
+    from _data_table import build_data_table, hudi_rs_rows, record_index_check
+
+    from hoodied.executors.engine import spark_session
+
+    with spark_session(master) as session:
+        built = build_data_table(table, keys, session)
+    return {**built, "rows": hudi_rs_rows(table), **record_index_check(table)}
 
 
-def _run_child(mode: str, table: Path, master: str) -> dict[str, Any]:
+def _child_data_operation(operation: str, table: Path, master: str) -> dict[str, Any]:
+    """A data-table compaction or clustering on a session that is up, measured as ``_child_spark``."""
+    from _data_table import cluster_table, compact_table
+
+    from hoodied.executors.engine import run_operations, spark_session
+
+    run = compact_table if operation == "compaction" else cluster_table
+    with spark_session(master) as session:
+        run_operations(session, 4, _noop, _EMPTY)  # the Python workers are up, as in a running daemon
+        baseline = _status_mb("VmRSS")
+        start, cpu0 = time.perf_counter(), tree_cpu()
+        out = run(table, session)
+        seconds, cpu = time.perf_counter() - start, tree_cpu() - cpu0
+        workers, jvm = _peaks("python"), _peaks("java")
+    return {**out, "seconds": seconds, "cpu_seconds": cpu, "baseline_rss_mb": baseline,
+            "peak_rss_mb": _status_mb("VmHWM"), "worker_peak_rss_mb": workers, "jvm_peak_rss_mb": jvm}
+
+
+def _child_data_compaction(table: Path, master: str) -> dict[str, Any]:
+    return _child_data_operation("compaction", table, master)
+
+
+def _child_data_clustering(table: Path, master: str) -> dict[str, Any]:
+    return _child_data_operation("clustering", table, master)
+
+
+_CHILDREN = {"driver": _child_driver, "spark": _child_spark, "reference": _child_reference,
+             "data-compaction": _child_data_compaction, "data-clustering": _child_data_clustering}
+
+
+def _run_child(mode: str, table: Path, master: str, *extra: str) -> dict[str, Any]:
     out = subprocess.run(
-        [sys.executable, __file__, "--child", mode, "--table", str(table), "--spark", master],
+        [sys.executable, __file__, "--child", mode, "--table", str(table), "--spark", master, *extra],
         check=False, capture_output=True, text=True,
     )
     if out.returncode != 0:
@@ -235,6 +303,75 @@ def _measure_keys(args: argparse.Namespace, keys: int) -> dict[str, Any]:
     return report
 
 
+_DATA_OPERATIONS = ("compaction", "clustering")
+
+
+def _build_data(workdir: Path, keys: int, master: str) -> tuple[Path, dict[str, Any]]:
+    """The pristine data table of ``keys`` keys (reused when built), with its build report."""
+    pristine = workdir / f"data-pristine-{keys}"
+    done = workdir / f"data-pristine-{keys}.json"
+    if done.exists() and pristine.exists():
+        return pristine, {**json.loads(done.read_text()), "reused": True}
+    shutil.rmtree(pristine, ignore_errors=True)
+    built = _run_child("data-build", pristine, master, "--keys", str(keys))
+    if built["rows"] != keys or built["record_index_keys"] != keys or built["record_index_stale"]:
+        raise SystemExit(f"built table is wrong: {built}")
+    done.write_text(json.dumps(built))
+    return pristine, {**built, "reused": False}
+
+
+def _measure_data_keys(args: argparse.Namespace, keys: int) -> dict[str, Any]:
+    from _data_table import hudi_rs_rows, record_index_check
+
+    pristine, built = _build_data(args.workdir, keys, args.spark)
+    table = args.workdir / "data-run"
+    runs: dict[str, list[dict[str, Any]]] = {op: [] for op in _DATA_OPERATIONS}
+    for _ in range(args.repeats):
+        for op in _DATA_OPERATIONS:
+            if table.exists():
+                shutil.rmtree(table)
+            shutil.copytree(pristine, table)
+            out = _run_child(f"data-{op}", table, args.spark)
+            rows, index = hudi_rs_rows(table), record_index_check(table)  # checks, not timed
+            if (rows != built["rows"] or out["rows_written"] != rows or index["record_index_keys"] != keys
+                    or index["record_index_stale"]):
+                raise SystemExit(f"{op} at {keys} keys: hudi-rs reads {rows} rows (before: {built['rows']}), "
+                                 f"{out['rows_written']} written, record index {index} "
+                                 f"(expected {keys} keys, none stale)")
+            runs[op].append(out)
+    report: dict[str, Any] = {
+        "keys": keys, "rows": built["rows"], "file_groups": built["file_groups"], "updates": built["updates"],
+        "build_seconds": built["build_seconds"], "indexing_seconds": built["indexing_seconds"],
+        "build_reused": built["reused"],
+        "compacted_file_groups": runs["compaction"][0]["file_groups"],
+        "clustered_file_groups": runs["clustering"][0]["replaced_file_groups"],
+        "clustering_new_file_groups": runs["clustering"][0]["file_groups"],
+    }
+    for op, done in runs.items():
+        median_range(report, f"{op}_seconds", [r["seconds"] for r in done])
+        median_range(report, f"{op}_cpu_seconds", [r["cpu_seconds"] for r in done])
+        median_range(report, f"{op}_driver_peak_rss_mb", [r["peak_rss_mb"] for r in done], 1)
+        median_range(report, f"{op}_driver_baseline_rss_mb", [r["baseline_rss_mb"] for r in done], 1)
+        median_range(report, f"{op}_worker_peak_rss_mb", [r["worker_peak_rss_mb"] for r in done], 1)
+        median_range(report, f"{op}_jvm_peak_rss_mb", [r["jvm_peak_rss_mb"] for r in done], 1)
+    shutil.rmtree(table, ignore_errors=True)
+    return report
+
+
+def _data_report(args: argparse.Namespace, key_counts: list[int]) -> dict[str, Any]:
+    runs = [_measure_data_keys(args, keys) for keys in key_counts]
+    report: dict[str, Any] = {"mode": "data-table", "keys": key_counts, "repeats": args.repeats,
+                              "spark": args.spark, "runs": runs}
+    for op in _DATA_OPERATIONS:
+        peaks = [r[f"{op}_driver_peak_rss_mb"] for r in runs]
+        report[f"{op}_driver_peak_spread"] = round(max(peaks) / min(peaks) - 1, 3)
+        report[f"{op}_us_per_key"] = [round(r[f"{op}_seconds"] / r["keys"] * 1e6, 2) for r in runs]
+        report[f"{op}_cpu_us_per_key"] = [round(r[f"{op}_cpu_seconds"] / r["keys"] * 1e6, 2) for r in runs]
+    report.update(memory="VmHWM of each process (driver, Spark Python workers, JVM)",
+                  cpu="the process tree (tree_cpu)")
+    return report
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--keys", default="1000000", help="key counts, comma-separated (default 1000000)")
@@ -247,9 +384,14 @@ def main() -> None:
                         help="run the whole-slice reference only up to this many keys")
     parser.add_argument("--no-driver", action="store_true", help="skip the in-process (driver) runs")
     parser.add_argument("--repeats", type=int, default=3, help="runs of each (default 3); medians and ranges")
-    parser.add_argument("--child", choices=sorted(_CHILDREN), help=argparse.SUPPRESS)
+    parser.add_argument("--data-table", action="store_true",
+                        help="measure a compaction and a clustering of a data table with a record index")
+    parser.add_argument("--child", choices=sorted([*_CHILDREN, "data-build"]), help=argparse.SUPPRESS)
     parser.add_argument("--table", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.child == "data-build":
+        print(json.dumps(_child_data_build(args.table, args.spark, int(args.keys))))
+        return
     if args.child:
         print(json.dumps(_CHILDREN[args.child](args.table, args.spark)))
         return
@@ -257,6 +399,9 @@ def main() -> None:
         parser.error("--repeats must be at least 1")
     key_counts = [int(k) for k in args.keys.split(",") if k.strip()]
     args.workdir.mkdir(parents=True, exist_ok=True)
+    if args.data_table:
+        print(json.dumps(_data_report(args, key_counts)))
+        return
     runs = [_measure_keys(args, keys) for keys in key_counts]
     peaks = [r["spark_driver_peak_rss_mb"] for r in runs]
     report: dict[str, Any] = {
