@@ -13,6 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from hoodied.hoodie import basefile
 from hoodied.hoodie.basefile import (
     KEY_AVRO_SCHEMA,
     KEY_BLOOM,
@@ -132,6 +133,19 @@ def test_row_groups_close_at_the_block_size_in_arrow_bytes(tmp_path: Path) -> No
     assert keys == [f"id-{i:06d}" for i in range(700)]
     write_base_file_stream(storage, "d.parquet", schema, iter(batches), avro_schema=avro)
     assert pq.ParquetFile(tmp_path / "d.parquet").metadata.num_row_groups == 1
+
+
+def test_row_groups_never_buffer_more_than_the_cap(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A block size above ``MAX_ROW_GROUP_BYTES`` still closes row groups at the cap."""
+    storage = LocalStorage(str(tmp_path))
+    schema = with_meta(sample(1)).schema
+    batches = [with_meta(sample(70, start)).to_batches()[0] for start in range(0, 700, 70)]
+    monkeypatch.setattr(basefile, "MAX_ROW_GROUP_BYTES", 5 * batches[0].nbytes - 1)
+    avro = avro_schema_json(schema, "t")
+    write_base_file_stream(storage, "c.parquet", schema, iter(batches), avro_schema=avro,
+                           settings=BaseFileSettings(block_size=10**9))
+    md = pq.ParquetFile(tmp_path / "c.parquet").metadata
+    assert [md.row_group(i).num_rows for i in range(md.num_row_groups)] == [350, 350]
 
 
 def test_empty_file_has_filter_but_no_key_range(tmp_path: Path) -> None:
