@@ -244,19 +244,29 @@ def record_index_updates(
 
 
 def _record_index_rows(moved: Iterable[tuple[str, str, Iterable[str]]], millis: int) -> list[MetadataRow]:
-    written_to: dict[str, str] = {}
-    out: list[MetadataRow] = []
+    return list(_rows(_new_files(moved), millis))
+
+
+def _new_files(moved: Iterable[tuple[str, str, Iterable[str]]]) -> dict[str, tuple[str, str]]:
+    """Each moved key -> (partition, new file id), once, in the order the keys come; a key written
+    to two new file groups is refused."""
+    written_to: dict[str, tuple[str, str]] = {}
     for partition, file_id, keys in moved:
-        for key in dict.fromkeys(keys):  # once per file, in the file's order
-            other = written_to.setdefault(key, file_id)
+        target = (partition, file_id)  # one tuple per file, shared by its keys
+        for key in keys:
+            other = written_to.setdefault(key, target)[1]
             if other != file_id:
                 raise UnsupportedTableError(
                     f"record key {key!r} was written to two new file groups ({other} and {file_id}): "
                     "the record index cannot point at both, and Hudi refuses such a commit too; "
                     "roll the clustering back"
                 )
-            out.append((key, record_index_record(key, partition, file_id, millis)))
-    return out
+    return written_to
+
+
+def _rows(written_to: Mapping[str, tuple[str, str]], millis: int) -> Iterator[MetadataRow]:
+    for key, (partition, file_id) in written_to.items():
+        yield key, record_index_record(key, partition, file_id, millis)
 
 
 #: Keys read per batch of a new base file's key column.
@@ -272,17 +282,20 @@ class MovedKeys:
     that ``file_group_index`` routes to file group ``index`` and builds their records as
     ``record_index_updates`` does, with its duplicate rule: every copy of a key routes to the
     same file group, so the operation of that group sees them all and refuses a key written to
-    two new file groups there. Memory: the records of one MDT file group plus one key batch.
+    two new file groups there. The keys are all read and checked when ``records`` is called, the
+    records built one by one as they are taken (``metadata.writer.MdtShardTask`` keeps them encoded,
+    a record's dicts being several times its cell). Memory: the keys of one MDT file group plus one
+    key batch, and what the caller keeps of the records.
     """
 
     storage: Storage
     files: tuple[tuple[str, str, str], ...]
     instant_millis: int
 
-    def records(self, index: int, count: int) -> list[MetadataRow]:
-        moved = [(partition, file_id, self._keys(path, index, count))
-                 for partition, file_id, path in self.files]
-        return _record_index_rows(moved, self.instant_millis)
+    def records(self, index: int, count: int) -> Iterator[MetadataRow]:
+        moved = ((partition, file_id, self._keys(path, index, count))
+                 for partition, file_id, path in self.files)
+        return _rows(_new_files(moved), self.instant_millis)
 
     def _keys(self, path: str, index: int, count: int) -> Iterator[str]:
         with self.storage.open(path) as f:

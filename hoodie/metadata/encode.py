@@ -57,6 +57,8 @@ __all__ = [
     "bloom_filter_key",
     "column_stats_key",
     "empty_record",
+    "encode_cell",
+    "encode_hfile_cells_block",
     "encode_hfile_data_block",
     "encode_mdt_base_file",
     "encode_value",
@@ -330,15 +332,17 @@ def encode_value(record: Mapping[str, Any], table_version: int) -> bytes:
     return buf.getvalue()
 
 
+def encode_cell(key: str, record: Mapping[str, Any] | None, table_version: int) -> tuple[str, bytes]:
+    """The HFile cell (row key, ``encode_value``) of one MDT record; a delete has none."""
+    if record is None:
+        raise ValueError(f"MDT delete of {key!r} has no HFile cell (it goes to a DELETE block)")
+    if record.get("key") not in (key, "", None):
+        raise ValueError(f"MDT record {key!r} carries a different key field {record.get('key')!r}")
+    return key, encode_value(record, table_version)
+
+
 def _cells(records: Iterable[MetadataRecord], table_version: int) -> list[tuple[str, bytes]]:
-    cells = []
-    for key, record in records:
-        if record is None:
-            raise ValueError(f"MDT delete of {key!r} has no HFile cell (it goes to a DELETE block)")
-        if record.get("key") not in (key, "", None):
-            raise ValueError(f"MDT record {key!r} carries a different key field {record.get('key')!r}")
-        cells.append((key, encode_value(record, table_version)))
-    return cells
+    return [encode_cell(key, record, table_version) for key, record in records]
 
 
 def encode_hfile_data_block(
@@ -349,10 +353,21 @@ def encode_hfile_data_block(
     create_time_ms: int | None = None,
 ) -> bytes:
     """One framed HFILE_DATA log block for an MDT log file (header INSTANT_TIME and SCHEMA)."""
+    return encode_hfile_cells_block(_cells(records, table_version), instant_time, table_version,
+                                    create_time_ms=create_time_ms)
+
+
+def encode_hfile_cells_block(
+    cells: Iterable[tuple[str, bytes]],
+    instant_time: str,
+    table_version: int,
+    *,
+    create_time_ms: int | None = None,
+) -> bytes:
+    """``encode_hfile_data_block`` of records already encoded by ``encode_cell`` (a caller that keeps
+    many records keeps their cells: a record's dicts take several times the bytes of its cell)."""
     schema_json = metadata_schema_json(table_version)
-    content = encode_log_block_hfile(
-        _cells(records, table_version), schema_json, create_time_ms=create_time_ms
-    )
+    content = encode_log_block_hfile(cells, schema_json, create_time_ms=create_time_ms)
     header = {HeaderKey.INSTANT_TIME: instant_time, HeaderKey.SCHEMA: schema_json}
     return encode_block(BlockType.HFILE_DATA, header, content)
 

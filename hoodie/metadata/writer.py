@@ -76,7 +76,8 @@ from hoodied.hoodie.metadata.encode import (
     COLUMN_STATS,
     FILES,
     MetadataRecord,
-    encode_hfile_data_block,
+    encode_cell,
+    encode_hfile_cells_block,
     file_group_index,
     metadata_payload_schema_json,
     metadata_schema_json,
@@ -168,16 +169,16 @@ class MdtShardTask:
         # file of the same records to the file group.
         del write_token
         file_id = self.file_ids[index]
-        data: list[MetadataRecord] = []
+        cells: list[tuple[str, bytes]] = []
         deletes: list[str] = []
         for key, record in self.source.records(index, len(self.file_ids)):
             if record is None:
                 deletes.append(key)
-            else:
-                data.append((key, record))
+            else:  # encoded as it comes: a file group's records are kept as cells, several times smaller
+                cells.append(encode_cell(key, record, self.table_version))
         name, size = "", 0
-        if data or deletes:
-            encoded = _encode_blocks(self.partition, data, deletes, self.instant_time, self.table_version)
+        if cells or deletes:
+            encoded = _encode_blocks(self.partition, cells, deletes, self.instant_time, self.table_version)
             name = LogFileName(file_id, self.instant_time, 1, shard_write_token(index)).format()
             path = f"{self.partition}/{name}"
             try:
@@ -185,10 +186,10 @@ class MdtShardTask:
             except FileAlreadyExistsError:  # another attempt of this operation wrote it whole
                 size = self.storage.size(path)
             log.info("%s/%s: written (%d records, %d deletes, %d bytes)",
-                     self.storage.base_uri, path, len(data), len(deletes), size)
+                     self.storage.base_uri, path, len(cells), len(deletes), size)
         return pa.RecordBatch.from_pylist(
             [{"op": index, "partition": self.partition, "file_id": file_id, "name": name, "size": size,
-              "records": len(data), "deletes": len(deletes)}],
+              "records": len(cells), "deletes": len(deletes)}],
             schema=SHARD_RESULT_SCHEMA,
         )
 
@@ -198,10 +199,11 @@ def shard_write_token(index: int) -> str:
     return make_write_token(index, 1, 0)
 
 
-def _encode_blocks(partition: str, data: list[MetadataRecord], deletes: list[str], instant_time: str,
+def _encode_blocks(partition: str, cells: list[tuple[str, bytes]], deletes: list[str], instant_time: str,
                    table_version: int) -> list[bytes]:
-    """One file group's blocks: an HFILE_DATA block of ``data``, then a DELETE block of ``deletes``."""
-    encoded = [encode_hfile_data_block(data, instant_time, table_version)] if data else []
+    """One file group's blocks: an HFILE_DATA block of ``cells`` (``encode_cell``), then a DELETE block of
+    ``deletes``."""
+    encoded = [encode_hfile_cells_block(cells, instant_time, table_version)] if cells else []
     if deletes:
         encoded.append(_delete_block(partition, deletes, instant_time, table_version))
     return encoded
@@ -310,9 +312,10 @@ class MetadataWriter:
             for record in records[partition]:
                 routed.setdefault(file_group_index(record[0], len(groups)), []).append(record)
             for index in sorted(routed):
-                data = [r for r in routed[index] if r[1] is not None]
+                version = self.data_config.version
+                data = [encode_cell(key, r, version) for key, r in routed[index] if r is not None]
                 deletes = [key for key, r in routed[index] if r is None]
-                encoded = _encode_blocks(partition, data, deletes, instant_time, self.data_config.version)
+                encoded = _encode_blocks(partition, data, deletes, instant_time, version)
                 blocks.append((partition, groups[index], len(data), len(deletes), encoded))
         shard_groups = {partition: self.file_groups(partition) for partition in sorted(sharded)}
         # the MDT's own services first, as Hudi runs them when the data writer sets up its MDT writer
