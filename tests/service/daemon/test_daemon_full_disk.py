@@ -143,7 +143,11 @@ def test_a_full_then_read_only_disk_is_waited_out_and_the_compaction_completes(
                 == [State.COMPLETED]
 
         wait_for("the compaction completes by itself", completed, 180, (proc,))
-        assert _status(port)["tables"][0]["last_outcomes"][0]["outcome"] == "success"
+
+        def succeeded() -> bool:  # recorded once the job has returned, just after the instant completed
+            return bool(_status(port)["tables"][0]["last_outcomes"][0]["outcome"] == "success")
+
+        wait_for("the job's success is recorded", succeeded, 30, (proc,))
         code, err = stop(proc, timeout=60)
     assert code == 0, err[-3000:]
     ended = [e for e in events(err) if e.get("event") == "job ended"]
