@@ -16,7 +16,8 @@ The codec and the bloom filter are what Hudi's own writer would use for the tabl
 the table version. A row group closes at ``hoodie.parquet.block.size`` bytes of Arrow data (Hudi's
 row-group size, 120 MiB by default) or at ``MAX_ROW_GROUP_BYTES`` (64 MiB, what a writer may
 buffer), whichever is less, or at a row cap for writers that check the file's size after each
-row group. The Avro schema mirrors Spark's
+row group; the batch that reaches the bound is the row group's last, so a caller that hands over
+a whole table at once (the demo writer) gets it as one row group. The Avro schema mirrors Spark's
 ``AvroConversionUtils``: record ``<table>_record`` in namespace ``hoodie.<table>``, nullable
 fields as ``["null", T]`` with default null, nested records named after their field in the
 namespace of the enclosing record's full name, decimals as ``fixed`` named ``fixed``.
