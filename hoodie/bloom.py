@@ -187,8 +187,8 @@ def _murmur_block(words: np.ndarray, tail: np.ndarray | None, length: int, seeds
 
 
 def _positions_block(mat: np.ndarray, nb_hash: int, vector_size: int, out: np.ndarray) -> None:
-    """Fill ``out`` (nb_hash × n uint32, one row per hash) with the positions of a block of
-    equal-length keys."""
+    """Fill ``out`` (nb_hash × n, one row per hash) with the positions of a block of equal-length
+    keys."""
     # One contiguous row per hash, in 32 bits: |h| of a Java int is at most 2**31 (abs(-2**31)
     # stays -2**31, whose unsigned view is 2**31), so the remainder needs no 64-bit division.
     seeds = np.zeros(mat.shape[0], dtype=np.uint32)
@@ -218,7 +218,8 @@ def _utf8_buffers(keys: pa.Array | pa.ChunkedArray | Sequence[str]) -> tuple[np.
 def _positions_by_hash(
     keys: pa.Array | pa.ChunkedArray | Sequence[str], nb_hash: int, vector_size: int
 ) -> np.ndarray:
-    """Positions of many keys, hash-major: an ``nb_hash × n`` uint32 array, columns in key order."""
+    """Positions of many keys, hash-major: an ``nb_hash × n`` intp array (what indexing takes without a
+    copy), columns in key order."""
     offsets, data = _utf8_buffers(keys)
     n = len(offsets) - 1
     out = np.empty((nb_hash, n), dtype=np.intp)
