@@ -109,6 +109,7 @@ __all__ = [
     "chart_values_schema",
     "environment_values",
     "load_config",
+    "read_settings_text",
     "read_yaml",
     "redacted_settings",
     "settings_json_schema",
@@ -931,12 +932,25 @@ def _mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) 
 _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping)
 
 
-def read_yaml(path: str | Path) -> dict[str, Any]:
-    """The settings file as a mapping (an empty file is ``{}``); ``ConfigError`` names the file and line."""
+def read_settings_text(path: str | Path) -> str:
+    """The text of a file the user named as settings (the settings file, a Helm values schema):
+    ``ConfigError`` when it cannot be read or is not UTF-8, naming the first byte that is not."""
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        data = Path(path).read_bytes()
     except OSError as exc:
         raise ConfigError([f"{path}: cannot read: {exc.strerror or exc}"]) from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise ConfigError(
+            [f"{path}:{line}: not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start})"]
+        ) from None
+
+
+def read_yaml(path: str | Path) -> dict[str, Any]:
+    """The settings file as a mapping (an empty file is ``{}``); ``ConfigError`` names the file and line."""
+    text = read_settings_text(path)
     try:
         doc = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as exc:

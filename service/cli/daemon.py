@@ -43,6 +43,7 @@ from hoodied.service.config import (
     DaemonConfig,
     chart_values_schema,
     load_config,
+    read_settings_text,
     redacted_settings,
     settings_json_schema,
     unknown_environment,
@@ -420,7 +421,13 @@ def config_schema(chart: str | None) -> None:
         echo_json(settings_json_schema())
         return
     path = Path(chart)
-    doc = chart_values_schema(json.loads(path.read_text(encoding="utf-8")))
+    try:
+        values = json.loads(read_settings_text(path))
+    except json.JSONDecodeError as exc:
+        raise ConfigError([f"{chart}:{exc.lineno}: not JSON: {exc.msg}"]) from None
+    if not isinstance(values, dict):
+        raise ConfigError([f"{chart}: a values schema is a JSON object, not {type(values).__name__}"])
+    doc = chart_values_schema(values)
     path.write_text(json.dumps(doc, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     click.echo(f"{chart}: the schema of `config` is the settings file's", err=True)
 

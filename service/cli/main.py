@@ -29,11 +29,11 @@ from hoodied.hoodie.errors import (
     UnsupportedTableError,
 )
 from hoodied.hoodie.secrets import mask_secrets
-from hoodied.hoodie.timeline.instant import is_instant_time
 from hoodied.service.cli.archive import archive
 from hoodied.service.cli.daemon import config, run, status
 from hoodied.service.cli.exits import (
     EPILOG,
+    EXIT_CONFIG,
     EXIT_CORRUPT,
     EXIT_ERROR,
     EXIT_NOT_FOUND,
@@ -44,11 +44,12 @@ from hoodied.service.cli.exits import (
     EXIT_UNSUPPORTED,
     EXIT_USAGE,
 )
-from hoodied.service.cli.options import echo_json, json_option, lock_options
+from hoodied.service.cli.options import INSTANT_TIME, echo_json, json_option, lock_options
 from hoodied.service.cli.schedule import schedule
 from hoodied.service.cli.services import execute, rollback
 from hoodied.service.cli.table import table
 from hoodied.service.cli.terminal import interactive
+from hoodied.service.config import ConfigError
 from hoodied.service.logs import configure_logging
 
 __all__ = [
@@ -63,6 +64,8 @@ _EXIT_BY_ERROR: list[tuple[type[HoodieServiceError], int]] = [
     (StorageError, EXIT_STORAGE),
     # an outage like the storage's: the table is not at fault, the same command works once it is back
     (EngineUnavailableError, EXIT_STORAGE),
+    # a settings file (or a file named beside it) that cannot be used: a usage error, as a bad option
+    (ConfigError, EXIT_CONFIG),
 ]
 
 def _fail(exc: BaseException, debug: bool) -> NoReturn:
@@ -115,12 +118,6 @@ def cli(ctx: click.Context, debug: bool, log_format: str | None) -> None:
     ctx.ensure_object(dict)
     ctx.obj["debug"] = debug
     configure_logging(log_format or "console", "DEBUG" if debug else "INFO")  # type: ignore[arg-type]
-
-
-def _instant_option(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
-    if value is not None and not is_instant_time(value):
-        raise click.BadParameter(f"{value!r} is not an instant time (17 digits, yyyyMMddHHmmssSSS)")
-    return value
 
 
 def _output_option(ctx: click.Context, param: click.Parameter, value: str) -> str:
@@ -209,7 +206,7 @@ def inspect(table: str, as_json: bool, lock_option: str) -> None:
     "--as-of",
     "as_of",
     default=None,
-    callback=_instant_option,
+    type=INSTANT_TIME,
     help="Time travel: the snapshot as of this instant time (yyyyMMddHHmmssSSS).",
 )
 @click.option("--read-optimized", is_flag=True, help="Base files only (log files ignored).")

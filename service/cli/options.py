@@ -9,6 +9,8 @@ serialized with theirs. ``parse_key_values`` reads repeatable ``KEY=VALUE`` opti
 ``terminal_progress`` draws a job's progress on standard error (``service.cli.terminal``).
 ``json_option`` and ``echo_json`` are every command's ``--json`` (one document on standard output);
 ``detailed_exit_code_option`` and ``finish`` its opt-in "nothing due" exit code (``service.cli.exits``).
+``INSTANT_TIME`` is the type of every option that takes an instant time: anything else is a usage error
+(exit 2) before the table is opened, never a format error of the table.
 """
 
 from __future__ import annotations
@@ -21,11 +23,14 @@ from typing import Any
 
 import click
 
+from hoodied.hoodie.timeline.instant import is_instant_time
 from hoodied.service.cli.exits import EXIT_NOTHING_DUE
 from hoodied.service.cli.terminal import interactive, progress_bar
 from hoodied.service.spark_jobs import Progress
 
 __all__ = [
+    "INSTANT_TIME",
+    "InstantTimeType",
     "detailed_exit_code_option",
     "echo_json",
     "finish",
@@ -35,6 +40,21 @@ __all__ = [
     "progress_bar",
     "terminal_progress",
 ]
+
+
+class InstantTimeType(click.ParamType):
+    """An instant time given on the command line (17 digits; 14 on tables written before Hudi 0.10)."""
+
+    name = "instant"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        text = str(value)
+        if not is_instant_time(text):
+            self.fail(f"{text!r} is not an instant time (17 digits, yyyyMMddHHmmssSSS)", param, ctx)
+        return text
+
+
+INSTANT_TIME = InstantTimeType()
 
 
 def lock_options(fn: Callable[..., Any]) -> Callable[..., Any]:

@@ -45,10 +45,11 @@ from hoodied.hoodie.locks import LockSettings
 from hoodied.hoodie.properties import load_table_config
 from hoodied.hoodie.storage import Storage, storage_for
 from hoodied.hoodie.timeline.active import Timeline
-from hoodied.hoodie.timeline.instant import Action, require_instant_time
+from hoodied.hoodie.timeline.instant import Action
 from hoodied.hoodie.timeline.truetime import TimeSettings
 from hoodied.planners.failed_writes import HEARTBEAT_INTERVAL_KEY
 from hoodied.service.cli.options import (
+    INSTANT_TIME,
     detailed_exit_code_option,
     echo_json,
     finish,
@@ -77,7 +78,7 @@ __all__ = ["execute", "rollback"]
 
 @click.command()
 @click.argument("table")
-@click.option("--instant", "instant_time", required=True,
+@click.option("--instant", "instant_time", required=True, type=INSTANT_TIME,
               help="Requested time of the failed table service or data write.")
 @click.option("--force", is_flag=True,
               help="Roll back a table service even when its heartbeat is still alive (never a data write).")
@@ -114,7 +115,6 @@ def rollback(
     unchanged plan. A failed data write (commit, delta commit, insert overwrite, delete
     partition) on a table with hoodie.cleaner.policy.failed.writes=LAZY whose heartbeat expired
     is rolled back as Hudi's clean does it: its files and its instant are gone."""
-    require_instant_time(instant_time)
     writer_options = parse_key_values(options, "--option")
     if ctx.get_parameter_source("heartbeat_interval_ms") is not click.core.ParameterSource.DEFAULT:
         writer_options.setdefault(HEARTBEAT_INTERVAL_KEY, str(heartbeat_interval_ms))
@@ -161,7 +161,8 @@ def _rolled_back(storage: Storage, instant_time: str, kind: str, summary: str | 
 
 @click.command()
 @click.argument("table")
-@click.option("--instant", "instant_time", default=None, help="Run only this pending instant (default: all).")
+@click.option("--instant", "instant_time", default=None, type=INSTANT_TIME,
+              help="Run only this pending instant (default: all).")
 @click.option("--parallelism", type=click.IntRange(min=1), default=DEFAULT_PARALLELISM, show_default=True,
               help="Files deleted at the same time.")
 @click.option("--heartbeat-interval-ms", type=click.IntRange(min=10), default=DEFAULT_INTERVAL_MS,
@@ -196,8 +197,6 @@ def execute(table: str, instant_time: str | None, parallelism: int, heartbeat_in
     Oldest first; the other pending instants are listed. Cleans, compactions, log
     compactions, clusterings and indexing, whoever planned them (Apache Hudi's plans
     included); a failed attempt is rolled back (an indexing aborted) first."""
-    if instant_time is not None:
-        require_instant_time(instant_time)
     spark_settings = parse_key_values(spark_conf, "--spark-conf")
     storage = storage_for(table)
     settings = LockSettings(wait_ms=lock_wait_ms, retries=lock_retries)

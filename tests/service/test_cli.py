@@ -365,3 +365,20 @@ def test_config_check_never_shows_the_redis_password(
         code, out, err = run("config", "check", *extra, str(settings))
         assert code == 0, err
         assert "s3cr3t" not in out + err and "redis://hoodied:***@127.0.0.1:6379/0" in out
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["rollback", "{table}", "--instant"], ["execute", "{table}", "--instant"],
+     ["read", "{table}", "--output", "{out}", "--as-of"]],
+    ids=["rollback", "execute", "read"],
+)
+def test_a_malformed_instant_time_is_a_usage_error(hudi_table, tmp_path: Path, command: list[str]) -> None:
+    table = hudi_table("mor/avro/v8_trips_8i3u1d")  # a pending compaction: something to run
+    before = tree_digest(table)
+    args = [arg.format(table=table, out=tmp_path / "x.parquet") for arg in command]
+    for value in ("notatime", "2024010112", "2024-01-01T00:00:00"):
+        code, _, err = run(*args, value)
+        assert code == 2, err
+        assert f"{value!r} is not an instant time" in err
+    assert tree_digest(table) == before

@@ -267,3 +267,40 @@ def test_config_schema_prints_the_schema_and_writes_it_into_a_chart(tmp_path: Pa
     assert CliRunner().invoke(cli, ["config", "schema", "--chart", str(chart)]).exit_code == 0
     assert chart.read_text() == before  # regenerating changes nothing
 
+
+
+def _one_problem(result: Result) -> str:
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, result.stderr
+    return lines[0]
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["config", "check", "{file}"], ["run", "--config", "{file}", "--once"], ["status", "--config", "{file}"],
+     ["table", "show", "--config", "{file}"]],
+    ids=["config-check", "run", "status", "table-show"],
+)
+def test_a_settings_file_that_is_not_utf8_is_one_usage_line(tmp_path: Path, command: list[str]) -> None:
+    settings = tmp_path / "hoodied.yaml"
+    settings.write_bytes("tables:\n  - /data/café\n".encode("latin-1"))  # an editor saving in Latin-1
+    result = CliRunner().invoke(cli, [arg.format(file=settings) for arg in command])
+    assert result.exit_code == 2, result.output
+    assert isinstance(result.exception, SystemExit)  # no traceback
+    assert _one_problem(result).endswith(f"{settings}:2: not UTF-8 text (byte 0xe9 at offset 21)")
+
+
+def test_a_chart_schema_that_is_not_utf8_or_not_json_is_one_usage_line(tmp_path: Path) -> None:
+    chart = tmp_path / "values.schema.json"
+    for content, problem in (
+        (b'{"title": "caf\xe9"}', ":1: not UTF-8 text (byte 0xe9 at offset 14)"),
+        (b'{"title": ', ":1: not JSON"),
+        (b"[]", "a values schema is a JSON object, not list"),
+    ):
+        chart.write_bytes(content)
+        result = CliRunner().invoke(cli, ["config", "schema", "--chart", str(chart)])
+        assert result.exit_code == 2, result.output
+        assert isinstance(result.exception, SystemExit)
+        line = _one_problem(result)
+        assert line.startswith(f"hoodied: error: {chart}") and problem in line, line
+        assert chart.read_bytes() == content  # left as it was
