@@ -18,7 +18,7 @@ Builds, under ``--workdir`` (reused when already built for the same row count):
   set in this process before Spark starts, so the Spark JVM and its Python workers inherit
   them. Each run uploads the pristine table to a fresh bucket (``s3://<bucket>/table``; the
   upload is not timed, ``upload_seconds``) and hoodied opens it with
-  ``hoodie.storage.storage_for``, as the CLI does. No other host is contacted. The JSON line
+  ``hoodie.storage_factory.storage_for``, as the CLI does. No other host is contacted. The JSON line
   adds ``driver_requests``: the object-store requests of schedule + execute sent by this
   process (``hoodie.storage.STORAGE_REQUESTS``; the Spark tasks' own are not seen here).
 
@@ -106,7 +106,8 @@ from hoodied.hoodie.basefile import BaseFileSettings
 from hoodied.hoodie.demo.writer import TableSpec, create_table
 from hoodied.hoodie.locks import InProcessLock
 from hoodied.hoodie.properties import TableType, load_table_config
-from hoodied.hoodie.storage import STORAGE_REQUESTS, LocalStorage, Storage, storage_for
+from hoodied.hoodie.storage import STORAGE_REQUESTS, LocalStorage, Storage
+from hoodied.hoodie.storage_factory import storage_for
 from hoodied.planners.compaction import CompactionSettings, CompactionStrategy, schedule_compaction
 
 EVERYTHING = CompactionSettings(max_delta_commits=1, strategy=CompactionStrategy.UNBOUNDED)
@@ -357,7 +358,7 @@ _TASK = """
 import json, sys, time
 from hoodied.executors.compaction import compact_operation, prepare_job
 from hoodied.hoodie.properties import load_table_config
-from hoodied.hoodie.storage import storage_for
+from hoodied.hoodie.storage_factory import storage_for
 from hoodied.hoodie.timeline.active import Timeline
 
 def hwm_kb():  # VmHWM, not ru_maxrss: that one carries the forking parent's peak over exec

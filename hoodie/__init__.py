@@ -28,7 +28,8 @@ from hoodied.hoodie.errors import (
     UnsupportedTableError,
 )
 from hoodied.hoodie.properties import TableConfig, load_table_config
-from hoodied.hoodie.storage import LocalStorage, Storage, storage_for
+from hoodied.hoodie.storage import LocalStorage, Storage
+from hoodied.hoodie.storage_factory import storage_for
 from hoodied.hoodie.table import HoodieTable
 from hoodied.hoodie.timeline.active import Timeline
 from hoodied.hoodie.timeline.instant import Action, Instant, State

@@ -1,9 +1,10 @@
 """Storage: the one small interface through which hoodied touches files.
 
 A ``Storage`` is rooted at a table's base path and speaks in relative paths with ``/``
-separators, so models never build absolute paths. ``storage_for`` picks the implementation by
-URI scheme: ``LocalStorage`` here for local paths, ``hoodied.hoodie.object_storage`` for S3,
-GCS and Azure. Instances pickle (without secrets), so they travel to Spark workers.
+separators, so models never build absolute paths. Implementations: ``LocalStorage`` here for
+local paths, ``hoodied.hoodie.object_storage`` for S3, GCS and Azure (built on this module);
+``hoodied.hoodie.storage_factory.storage_for`` picks one by URI scheme, above both, so neither
+imports the other's side. Instances pickle (without secrets), so they travel to Spark workers.
 
 Grammar of a relative path: ``segment ("/" segment)*``; the empty string is the root.
 """
@@ -19,18 +20,13 @@ import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, BinaryIO, Protocol, runtime_checkable
-from urllib.parse import unquote, urlparse
+from typing import BinaryIO, Protocol, runtime_checkable
 
 from hoodied.hoodie.errors import (
     FileAlreadyExistsError,
     StorageError,
     StorageFileNotFoundError,
-    TableNotFoundError,
 )
-
-if TYPE_CHECKING:
-    from hoodied.hoodie.object_storage import ObjectStoreSettings
 
 __all__ = [
     "OBJECT_STORE_SCHEMES",
@@ -41,7 +37,6 @@ __all__ = [
     "RequestCounter",
     "Storage",
     "WriteOnceFile",
-    "storage_for",
 ]
 
 #: URI schemes that name a table on an object store (``hoodied.hoodie.object_storage``).
@@ -375,33 +370,3 @@ class LocalStorage:
             return False
         except OSError as exc:
             raise self._errors(path, exc) from exc
-
-
-def storage_for(uri: str, settings: ObjectStoreSettings | None = None) -> Storage:
-    """The storage for a table URI: a local path, a ``file://`` URI, or an object store
-    (``s3://``, ``s3a://``, ``gs://``, ``az://``, ``abfs://``, ``abfss://``; credentials from the
-    standard environment, ``settings`` for what the daemon's config adds). The table's folder
-    must exist (``TableNotFoundError``); whether it holds a Hudi table is checked by its reader.
-    """
-    parsed = urlparse(uri)
-    if parsed.scheme in ("", "file"):
-        path = unquote(parsed.path) if parsed.scheme == "file" else uri
-        if not os.path.exists(path):
-            raise TableNotFoundError(f"{path}: no such path")
-        if not os.path.isdir(path):
-            raise TableNotFoundError(f"{path}: not a folder")
-        return LocalStorage(path)
-    if parsed.scheme in OBJECT_STORE_SCHEMES:
-        # Imported here: obstore loads only for tables that live on an object store.
-        from hoodied.hoodie.object_storage import open_object_storage
-
-        return open_object_storage(uri, settings)
-    if parsed.scheme in ("hdfs", "viewfs"):
-        raise StorageError(
-            f"{uri}: HDFS is not supported (hoodied reads local paths, S3, GCS and Azure); "
-            "mount the table or copy it to an object store"
-        )
-    raise StorageError(
-        f"{uri}: storage scheme {parsed.scheme!r} is not supported "
-        f"(local paths, file://, {', '.join(s + '://' for s in OBJECT_STORE_SCHEMES)})"
-    )

@@ -30,7 +30,8 @@ from hoodied.hoodie.merge import MergeSpec
 from hoodied.hoodie.metadata.reader import MetadataTable
 from hoodied.hoodie.properties import TableConfig, load_table_config
 from hoodied.hoodie.reader import DEFAULT_BATCH_SIZE, read_file_slice
-from hoodied.hoodie.storage import Storage, storage_for
+from hoodied.hoodie.storage import Storage
+from hoodied.hoodie.storage_factory import storage_for
 from hoodied.hoodie.timeline.active import Timeline
 from hoodied.hoodie.timeline.instant import WRITE_ACTIONS, require_instant_time
 

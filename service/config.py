@@ -624,7 +624,7 @@ class ObjectStoreConfig(_Frozen):
         return v.rstrip("/")
 
     def settings(self) -> ObjectStoreSettings:
-        """The settings ``hoodie.storage.storage_for`` takes."""
+        """The settings ``hoodie.storage_factory.storage_for`` takes."""
         from hoodied.hoodie.object_storage import ObjectStoreSettings
 
         return ObjectStoreSettings(endpoint=self.endpoint, region=self.region, allow_http=self.allow_http,

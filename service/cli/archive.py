@@ -27,7 +27,7 @@ import click
 from hoodied.executors.archival import ArchivalResult, MdtArchival, execute_archival
 from hoodied.hoodie.locks import LockSettings
 from hoodied.hoodie.properties import load_table_config
-from hoodied.hoodie.storage import storage_for
+from hoodied.hoodie.storage_factory import storage_for
 from hoodied.planners.archival import (
     ArchivalPlan,
     ArchivalSettings,

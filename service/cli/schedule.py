@@ -27,7 +27,7 @@ from typing import Any
 import click
 
 from hoodied.hoodie.locks import LockSettings
-from hoodied.hoodie.storage import storage_for
+from hoodied.hoodie.storage_factory import storage_for
 from hoodied.hoodie.timeline.instant import Instant
 from hoodied.hoodie.timeline.truetime import TimeSettings
 from hoodied.planners.clean import CleanPolicy, CleanSettings

@@ -23,7 +23,7 @@ clean on a table whose writers use ``hoodie.cleaner.policy.failed.writes=LAZY`` 
 clean does (``service.failed_writes.rollback_failed_writes``).
 
 Both take the lock options of ``service.cli.options.lock_options``, and a TABLE on a local file
-system or an object store (``hoodie.storage.storage_for``: ``s3://``, ``az://``, ...; a missing
+system or an object store (``hoodie.storage_factory.storage_for``: ``s3://``, ``az://``, ...; a missing
 bucket or refused credentials are a ``StorageError``, one line and exit code 6). A Spark engine that
 cannot be reached or started within ``--spark-start-timeout``, or is lost mid-job, is an
 ``EngineUnavailableError``: one line and exit code 6 too; the session starts before a pending instant
@@ -43,7 +43,8 @@ from hoodied.executors.rollback import RollbackResult
 from hoodied.hoodie.heartbeat import DEFAULT_INTERVAL_MS
 from hoodied.hoodie.locks import LockSettings
 from hoodied.hoodie.properties import load_table_config
-from hoodied.hoodie.storage import Storage, storage_for
+from hoodied.hoodie.storage import Storage
+from hoodied.hoodie.storage_factory import storage_for
 from hoodied.hoodie.timeline.active import Timeline
 from hoodied.hoodie.timeline.instant import Action
 from hoodied.hoodie.timeline.truetime import TimeSettings

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import anyio
 import structlog
 
-from hoodied.hoodie.storage import storage_for
+from hoodied.hoodie.storage_factory import storage_for
 from hoodied.service.config import DaemonConfig
 from hoodied.service.daemon.jobs import Job
 from hoodied.service.daemon.poll import poll_table

@@ -99,7 +99,8 @@ import structlog
 
 from hoodied.hoodie.actions.services import TableService
 from hoodied.hoodie.errors import HoodieFormatError, TableNotFoundError, UnsupportedTableError
-from hoodied.hoodie.storage import OBJECT_STORE_SCHEMES, STORAGE_REQUESTS, Storage, storage_for
+from hoodied.hoodie.storage import OBJECT_STORE_SCHEMES, STORAGE_REQUESTS, Storage
+from hoodied.hoodie.storage_factory import storage_for
 from hoodied.service.config import DaemonConfig, DiscoverRoot
 from hoodied.service.daemon import jobs as joblib
 from hoodied.service.daemon.clock import ClockCheck, ClockState, ClockWatch, ObjectStoreClock, RedisClock

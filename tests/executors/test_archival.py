@@ -33,7 +33,8 @@ from hoodied.hoodie.demo.writer import TableSpec, TableWriter, create_table
 from hoodied.hoodie.locks import InProcessLock
 from hoodied.hoodie.log.frame import HeaderKey, read_log_blocks
 from hoodied.hoodie.properties import TableType, load_table_config
-from hoodied.hoodie.storage import LocalStorage, storage_for
+from hoodied.hoodie.storage import LocalStorage
+from hoodied.hoodie.storage_factory import storage_for
 from hoodied.hoodie.timeline.active import Timeline
 from hoodied.hoodie.timeline.archived_v6 import ArchivedTimelineV6, archived_meta_schema_json
 from hoodied.hoodie.timeline.history import History, HistoryFileName, read_manifest
@@ -382,7 +383,8 @@ import sys
 from hoodied.executors.archival import execute_archival
 from hoodied.hoodie.locks import InProcessLock
 from hoodied.hoodie.properties import load_table_config
-from hoodied.hoodie.storage import LocalStorage, storage_for
+from hoodied.hoodie.storage import LocalStorage
+from hoodied.hoodie.storage_factory import storage_for
 from hoodied.planners.archival import ArchivalSettings, archival_planner
 storage = LocalStorage(sys.argv[1])
 settings = ArchivalSettings.from_options(dict(a.split("=", 1) for a in sys.argv[2:]))

@@ -27,7 +27,7 @@ from obstore.store import AzureStore
 
 from hoodied.executors.engine import Session, spark_session
 from hoodied.hoodie.properties import load_table_config
-from hoodied.hoodie.storage import storage_for
+from hoodied.hoodie.storage_factory import storage_for
 from hoodied.hoodie.table import HoodieTable
 from hoodied.hoodie.timeline.active import Timeline
 from hoodied.hoodie.timeline.instant import Action

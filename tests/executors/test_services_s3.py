@@ -38,7 +38,8 @@ from obstore.store import S3Store
 from hoodied.executors.engine import Session, spark_session
 from hoodied.hoodie.errors import FileAlreadyExistsError
 from hoodied.hoodie.properties import load_table_config
-from hoodied.hoodie.storage import LocalStorage, storage_for
+from hoodied.hoodie.storage import LocalStorage
+from hoodied.hoodie.storage_factory import storage_for
 from hoodied.hoodie.table import HoodieTable
 from hoodied.hoodie.timeline.active import Timeline
 from hoodied.hoodie.timeline.instant import Action, State

@@ -28,7 +28,7 @@ from hoodied.hoodie.errors import (
     TableNotFoundError,
 )
 from hoodied.hoodie.object_storage import ObjectStorage, ObjectStoreSettings, ObjectVersion
-from hoodied.hoodie.storage import storage_for
+from hoodied.hoodie.storage_factory import storage_for
 from hoodied.hoodie.table import HoodieTable
 from tests.helpers.fixtures import require_fixture, unzip_table
 from tests.helpers.mor_tables import multiset

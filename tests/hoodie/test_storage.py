@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from hoodied.hoodie.errors import FileAlreadyExistsError, StorageError, TableNotFoundError
-from hoodied.hoodie.storage import LocalStorage, storage_for
+from hoodied.hoodie.storage import LocalStorage
+from hoodied.hoodie.storage_factory import storage_for
 
 
 def test_put_if_absent_is_write_once_and_leaves_no_temp_files(tmp_path: Path) -> None:

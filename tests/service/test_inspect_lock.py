@@ -46,7 +46,7 @@ FIXTURE = "mor/avro/v8_trips_8i3u1d"
 HOLDER = """
 import sys
 from hoodied.hoodie.locks import LockSettings
-from hoodied.hoodie.storage import storage_for
+from hoodied.hoodie.storage_factory import storage_for
 from hoodied.service.locks import lock_from_option
 
 settings = LockSettings(wait_ms=10_000, retries=0)

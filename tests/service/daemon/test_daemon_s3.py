@@ -30,7 +30,8 @@ from hoodied.hoodie.errors import LockUnavailableError
 from hoodied.hoodie.locks import LockSettings
 from hoodied.hoodie.object_storage import ObjectStorage
 from hoodied.hoodie.properties import load_table_config
-from hoodied.hoodie.storage import STORAGE_REQUESTS, LocalStorage, Storage, storage_for
+from hoodied.hoodie.storage import STORAGE_REQUESTS, LocalStorage, Storage
+from hoodied.hoodie.storage_factory import storage_for
 from hoodied.hoodie.timeline.active import Timeline
 from hoodied.hoodie.timeline.instant import Action, State, epoch_to_instant_time
 from hoodied.service.config import ConfigError, load_config
