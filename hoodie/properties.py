@@ -2,7 +2,8 @@
 
 This module owns reading a table's ``.hoodie/hoodie.properties`` (with Hudi's fallback to
 ``hoodie.properties.backup``), its checksum, and turning the raw keys into ``TableConfig``
-through one key registry (``KEYS``). Table versions are data: only 6, 8 and 9 load, and a
+through one key registry (``KEYS``: each key with the other names Hudi reads it under,
+``hoodied.hoodie.config_keys.ConfigKey``). Table versions are data: only 6, 8 and 9 load, and a
 base file format other than PARQUET is refused (the metadata table, HFILE, is loaded with
 ``metadata_table=True``).
 
@@ -28,6 +29,7 @@ from datetime import UTC, datetime, tzinfo
 from enum import StrEnum
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from hoodied.hoodie.config_keys import ConfigKey
 from hoodied.hoodie.errors import HoodieFormatError, TableNotFoundError, UnsupportedTableError
 from hoodied.hoodie.storage import Storage
 
@@ -230,24 +232,8 @@ def table_checksum(props: Mapping[str, str]) -> int:
 # --------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class ConfigKey:
-    """One ``hoodie.properties`` key: name, default, meaning and older names it replaced."""
-
-    key: str
-    default: str | None = None
-    doc: str = ""
-    aliases: tuple[str, ...] = ()
-
-    def get(self, props: Mapping[str, str]) -> str | None:
-        for name in (self.key, *self.aliases):
-            if name in props:
-                return props[name]
-        return self.default
-
-
 class KEYS:
-    """The table-config keys hoodied reads (names as in Hudi's ``HoodieTableConfig``)."""
+    """The table-config keys hoodied reads (names and alternatives as in Hudi's ``HoodieTableConfig``)."""
 
     NAME = ConfigKey("hoodie.table.name", doc="Table name; part of the checksum.")
     DATABASE = ConfigKey("hoodie.database.name", "", "Database name; part of the checksum.")
@@ -262,15 +248,19 @@ class KEYS:
     ORDERING = ConfigKey(
         "hoodie.table.ordering.fields",
         doc="Comma-separated ordering fields (v9); older tables use the precombine field.",
-        aliases=("hoodie.table.precombine.field",),
+        alternatives=("hoodie.table.precombine.field",),
     )
     MERGE_MODE = ConfigKey("hoodie.record.merge.mode", doc="COMMIT_TIME / EVENT_TIME _ORDERING or CUSTOM.")
     MERGE_STRATEGY = ConfigKey(
-        "hoodie.record.merge.strategy.id", aliases=("hoodie.compaction.record.merger.strategy",)
+        "hoodie.record.merge.strategy.id", alternatives=("hoodie.compaction.record.merger.strategy",)
     )
-    PAYLOAD = ConfigKey("hoodie.compaction.payload.class", aliases=("hoodie.table.payload.class",))
-    BASE_FORMAT = ConfigKey("hoodie.table.base.file.format", "PARQUET")
-    LOG_FORMAT = ConfigKey("hoodie.table.log.file.format", "HOODIE_LOG")
+    PAYLOAD = ConfigKey("hoodie.compaction.payload.class", alternatives=("hoodie.table.payload.class",))
+    BASE_FORMAT = ConfigKey(
+        "hoodie.table.base.file.format", "PARQUET", alternatives=("hoodie.table.ro.file.format",)
+    )
+    LOG_FORMAT = ConfigKey(
+        "hoodie.table.log.file.format", "HOODIE_LOG", alternatives=("hoodie.table.rt.file.format",)
+    )
     POPULATE_META = ConfigKey("hoodie.populate.meta.fields", "true")
     TIMEZONE = ConfigKey("hoodie.table.timeline.timezone", "LOCAL", "Zone of instant times: LOCAL or UTC.")
     HIVE_STYLE = ConfigKey("hoodie.datasource.write.hive_style_partitioning", "false")

@@ -143,6 +143,7 @@ from datetime import timedelta
 from enum import StrEnum
 from typing import Any
 
+from hoodied.hoodie.config_keys import HUDI_KEYS, ConfigKey, by_key
 from hoodied.hoodie.metadata.compaction import max_delta_commits
 from hoodied.hoodie.metadata.reader import METADATA_FOLDER
 from hoodied.hoodie.metadata.rollback import latest_mdt_compaction
@@ -210,20 +211,22 @@ class StopReason(StrEnum):
     """A metadata table: instants from the data table's first active commit or pending instant on."""
 
 
-_OPTION_KEYS = {
-    "hoodie.keep.min.commits": "min_commits",
-    "hoodie.keep.max.commits": "max_commits",
-    "hoodie.archive.beyond.savepoint": "beyond_savepoint",
-    "hoodie.timeline.compaction.batch.size": "compaction_batch_size",
-    "hoodie.clean.policy": "clean_policy",
-    "hoodie.clean.commits.retained": "clean_commits_retained",
-    "hoodie.clean.hours.retained": "clean_hours_retained",
-    "hoodie.compact.inline.trigger.strategy": "compaction_trigger",
-    "hoodie.compact.inline.max.delta.commits": "compaction_max_delta_commits",
-    "hoodie.metadata.enable": "metadata_enabled",
-    "hoodie.commits.archival.batch.size": "archival_batch_size",
-    "hoodie.archive.merge.enable": "merge_small_files",
+#: Hudi key -> settings field (each key also read under its alternatives, ``config_keys.by_key``).
+_KEYS: dict[ConfigKey, str] = {
+    HUDI_KEYS.KEEP_MIN_COMMITS: "min_commits",
+    HUDI_KEYS.KEEP_MAX_COMMITS: "max_commits",
+    HUDI_KEYS.ARCHIVE_BEYOND_SAVEPOINT: "beyond_savepoint",
+    HUDI_KEYS.TIMELINE_COMPACTION_BATCH_SIZE: "compaction_batch_size",
+    HUDI_KEYS.CLEANER_POLICY: "clean_policy",
+    HUDI_KEYS.CLEANER_COMMITS_RETAINED: "clean_commits_retained",
+    HUDI_KEYS.CLEANER_HOURS_RETAINED: "clean_hours_retained",
+    HUDI_KEYS.INLINE_COMPACT_TRIGGER_STRATEGY: "compaction_trigger",
+    HUDI_KEYS.INLINE_COMPACT_NUM_DELTA_COMMITS: "compaction_max_delta_commits",
+    HUDI_KEYS.METADATA_ENABLE: "metadata_enabled",
+    HUDI_KEYS.COMMITS_ARCHIVAL_BATCH_SIZE: "archival_batch_size",
+    HUDI_KEYS.ARCHIVE_MERGE_ENABLE: "merge_small_files",
 }
+_OPTION_KEYS = {entry.key: name for entry, name in _KEYS.items()}
 _BOOLS = frozenset({"beyond_savepoint", "metadata_enabled", "merge_small_files"})
 
 
@@ -240,11 +243,12 @@ class ArchivalSettings:
     compaction_batch_size: int = 10
     """``hoodie.timeline.compaction.batch.size``: LSM files of one level compacted at once."""
     clean_policy: CleanPolicy = CleanPolicy.KEEP_LATEST_COMMITS
-    """``hoodie.clean.policy`` of the table's cleaner (raises min/max when needed)."""
+    """``hoodie.cleaner.policy`` (Hudi 1.2: ``hoodie.clean.policy``) of the table's cleaner (raises
+    min/max when needed)."""
     clean_commits_retained: int = 10
-    """``hoodie.clean.commits.retained``."""
+    """``hoodie.cleaner.commits.retained`` (Hudi 1.2: ``hoodie.clean.commits.retained``)."""
     clean_hours_retained: int = 24
-    """``hoodie.clean.hours.retained``."""
+    """``hoodie.cleaner.hours.retained`` (Hudi 1.2: ``hoodie.clean.hours.retained``)."""
     compaction_trigger: TriggerStrategy = TriggerStrategy.NUM_COMMITS
     """``hoodie.compact.inline.trigger.strategy``."""
     compaction_max_delta_commits: int = 5
@@ -280,9 +284,10 @@ class ArchivalSettings:
 
     @classmethod
     def from_options(cls, options: Mapping[str, str]) -> ArchivalSettings:
-        """Settings from Hudi option keys; unknown keys and bad values raise ``ValueError``."""
+        """Settings from Hudi option keys (or their alternatives, ``HUDI_KEYS``); unknown keys and bad
+        values raise ``ValueError``."""
         values: dict[str, Any] = {}
-        for key, raw in options.items():
+        for key, raw in by_key(options, _KEYS).items():
             name = _OPTION_KEYS.get(key)
             if name is None:
                 raise ValueError(f"{key}: not an archival option (known: {', '.join(sorted(_OPTION_KEYS))})")

@@ -52,6 +52,7 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
+from hoodied.hoodie.config_keys import HUDI_KEYS, ConfigKey, by_key
 from hoodied.hoodie.errors import InstantStateError, UnsupportedTableError
 from hoodied.hoodie.fsview import FilesByPartition, FileSlice, FileSystemView, LogFile, list_storage
 from hoodied.hoodie.human import format_size
@@ -113,16 +114,17 @@ class CompactionStrategy(StrEnum):
         raise ValueError(f"hoodie.compaction.strategy={value}: not supported (hoodied implements {known})")
 
 
-#: Hudi option key -> settings field.
-_OPTION_KEYS = {
-    "hoodie.compact.inline.trigger.strategy": "trigger",
-    "hoodie.compact.inline.max.delta.commits": "max_delta_commits",
-    "hoodie.compact.inline.max.delta.seconds": "max_delta_seconds",
-    "hoodie.compaction.strategy": "strategy",
-    "hoodie.compaction.target.io": "target_io_mb",
-    "hoodie.compaction.logfile.size.threshold": "log_file_size_threshold",
-    "hoodie.parquet.max.file.size": "max_file_size",
+#: Hudi key -> settings field (each key also read under its alternatives, ``config_keys.by_key``).
+_KEYS: dict[ConfigKey, str] = {
+    HUDI_KEYS.INLINE_COMPACT_TRIGGER_STRATEGY: "trigger",
+    HUDI_KEYS.INLINE_COMPACT_NUM_DELTA_COMMITS: "max_delta_commits",
+    HUDI_KEYS.INLINE_COMPACT_TIME_DELTA_SECONDS: "max_delta_seconds",
+    HUDI_KEYS.COMPACTION_STRATEGY: "strategy",
+    HUDI_KEYS.TARGET_IO_PER_COMPACTION_IN_MB: "target_io_mb",
+    HUDI_KEYS.COMPACTION_LOG_FILE_SIZE_THRESHOLD: "log_file_size_threshold",
+    HUDI_KEYS.PARQUET_MAX_FILE_SIZE: "max_file_size",
 }
+_OPTION_KEYS = {entry.key: name for entry, name in _KEYS.items()}
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,7 +156,7 @@ class CompactionSettings:
     def from_options(cls, options: Mapping[str, str]) -> CompactionSettings:
         """Settings from Hudi option keys; unknown keys and bad values raise ``ValueError``."""
         values: dict[str, Any] = {}
-        for key, raw in options.items():
+        for key, raw in by_key(options, _KEYS).items():
             name = _OPTION_KEYS.get(key)
             if name is None:
                 known = ", ".join(sorted(_OPTION_KEYS))

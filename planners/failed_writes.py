@@ -66,6 +66,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from hoodied.hoodie.config_keys import HUDI_KEYS, by_key
 from hoodied.hoodie.errors import HoodieFormatError, InstantStateError, UnsupportedTableError
 from hoodied.hoodie.filenames import LogFileName
 from hoodied.hoodie.heartbeat import DEFAULT_INTERVAL_MS, DEFAULT_TOLERABLE_MISSES
@@ -82,6 +83,7 @@ from hoodied.planners.rollback import attempt_files, pending_rollback_for
 log = logging.getLogger(__name__)
 
 __all__ = [
+    "FAILED_WRITES_KEYS",
     "FAILED_WRITES_POLICY_KEY",
     "FULL_BOOTSTRAP_INSTANT_TS",
     "HEARTBEAT_INTERVAL_KEY",
@@ -97,11 +99,14 @@ __all__ = [
 ]
 
 #: ``HoodieCleanConfig.FAILED_WRITES_CLEANER_POLICY``.
-FAILED_WRITES_POLICY_KEY = "hoodie.cleaner.policy.failed.writes"
+FAILED_WRITES_POLICY_KEY = HUDI_KEYS.FAILED_WRITES_CLEANER_POLICY.key
 #: ``HoodieWriteConfig.CLIENT_HEARTBEAT_INTERVAL_IN_MS``.
-HEARTBEAT_INTERVAL_KEY = "hoodie.client.heartbeat.interval_in_ms"
+HEARTBEAT_INTERVAL_KEY = HUDI_KEYS.CLIENT_HEARTBEAT_INTERVAL_IN_MS.key
 #: ``HoodieWriteConfig.CLIENT_HEARTBEAT_NUM_TOLERABLE_MISSES``.
-HEARTBEAT_MISSES_KEY = "hoodie.client.heartbeat.tolerable.misses"
+HEARTBEAT_MISSES_KEY = HUDI_KEYS.CLIENT_HEARTBEAT_NUM_TOLERABLE_MISSES.key
+#: The keys of ``FailedWritesSettings``, each also read under its alternatives.
+FAILED_WRITES_KEYS = (HUDI_KEYS.FAILED_WRITES_CLEANER_POLICY, HUDI_KEYS.CLIENT_HEARTBEAT_INTERVAL_IN_MS,
+         HUDI_KEYS.CLIENT_HEARTBEAT_NUM_TOLERABLE_MISSES)
 #: ``HoodieTimeline.FULL_BOOTSTRAP_INSTANT_TS``: instants at or before it belong to a bootstrap.
 FULL_BOOTSTRAP_INSTANT_TS = "00000000000002"
 
@@ -137,10 +142,11 @@ class FailedWritesSettings:
     @classmethod
     def from_options(cls, *layers: Mapping[str, str]) -> FailedWritesSettings:
         """Settings from Hudi's keys; later mappings win (the table's ``hoodie.properties``, then
-        ``-o KEY=VALUE``). A bad value raises ``ValueError`` naming the key."""
+        ``-o KEY=VALUE``). Within one mapping a key given under several names is read as Hudi reads
+        it (``config_keys.by_key``). A bad value raises ``ValueError`` naming the key."""
         merged: dict[str, str] = {}
         for layer in layers:
-            merged.update({k: v for k, v in layer.items()
+            merged.update({k: v for k, v in by_key(layer, FAILED_WRITES_KEYS).items()
                            if k in (FAILED_WRITES_POLICY_KEY, HEARTBEAT_INTERVAL_KEY, HEARTBEAT_MISSES_KEY)})
         raw = merged.get(FAILED_WRITES_POLICY_KEY, FailedWritesPolicy.EAGER.value).strip().upper()
         try:

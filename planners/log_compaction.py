@@ -42,6 +42,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from hoodied.hoodie.actions.log_compaction import LOG_COMPACTION_COMPACTOR, require_log_compaction_supported
+from hoodied.hoodie.config_keys import HUDI_KEYS, ConfigKey, by_key
 from hoodied.hoodie.errors import InstantStateError
 from hoodied.hoodie.fsview import (
     CommitState,
@@ -78,10 +79,12 @@ __all__ = [
 _PLAN_VERSION = 2  # CompactionUtils.LATEST_COMPACTION_METADATA_VERSION
 _MAX_FILE_SIZE = 125_829_120  # hoodie.parquet.max.file.size: write estimate without a base file
 
-_OPTION_KEYS = {
-    "hoodie.log.compaction.enable": "enabled",
-    "hoodie.log.compaction.blocks.threshold": "blocks_threshold",
+#: Hudi key -> settings field (each key also read under its alternatives, ``config_keys.by_key``).
+_KEYS: dict[ConfigKey, str] = {
+    HUDI_KEYS.LOG_COMPACTION_ENABLE: "enabled",
+    HUDI_KEYS.LOG_COMPACTION_BLOCKS_THRESHOLD: "blocks_threshold",
 }
+_OPTION_KEYS = {entry.key: name for entry, name in _KEYS.items()}
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,7 +104,7 @@ class LogCompactionSettings:
     def from_options(cls, options: Mapping[str, str]) -> LogCompactionSettings:
         """Settings from Hudi option keys; unknown keys and bad values raise ``ValueError``."""
         values: dict[str, Any] = {}
-        for key, raw in options.items():
+        for key, raw in by_key(options, _KEYS).items():
             name = _OPTION_KEYS.get(key)
             if name is None:
                 known = ", ".join(sorted(_OPTION_KEYS))
@@ -121,8 +124,8 @@ class LogCompactionSettings:
     def options(self) -> dict[str, str]:
         """The settings as Hudi option keys (for logs and summaries)."""
         return {
-            "hoodie.log.compaction.enable": str(self.enabled).lower(),
-            "hoodie.log.compaction.blocks.threshold": str(self.blocks_threshold),
+            HUDI_KEYS.LOG_COMPACTION_ENABLE.key: str(self.enabled).lower(),
+            HUDI_KEYS.LOG_COMPACTION_BLOCKS_THRESHOLD.key: str(self.blocks_threshold),
         }
 
 

@@ -70,6 +70,7 @@ from pydantic import (
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from hoodied.hoodie.actions.services import TableService
+from hoodied.hoodie.config_keys import HUDI_KEYS, ConfigKey, by_key
 from hoodied.hoodie.errors import HoodieServiceError
 from hoodied.hoodie.locks import LockSettings
 from hoodied.hoodie.secrets import mask_secrets
@@ -202,11 +203,11 @@ class CompactionService(_Frozen):
     def settings(self) -> CompactionSettings:
         """The planner's settings (built from Hudi's option keys, as ``hoodied schedule compaction``)."""
         return CompactionSettings.from_options({
-            "hoodie.compact.inline.trigger.strategy": self.trigger,
-            "hoodie.compact.inline.max.delta.commits": str(self.delta_commits),
-            "hoodie.compact.inline.max.delta.seconds": str(self.delta_seconds),
-            "hoodie.compaction.strategy": self.strategy,
-            "hoodie.compaction.target.io": str(self.target_io_mb),
+            HUDI_KEYS.INLINE_COMPACT_TRIGGER_STRATEGY.key: self.trigger,
+            HUDI_KEYS.INLINE_COMPACT_NUM_DELTA_COMMITS.key: str(self.delta_commits),
+            HUDI_KEYS.INLINE_COMPACT_TIME_DELTA_SECONDS.key: str(self.delta_seconds),
+            HUDI_KEYS.COMPACTION_STRATEGY.key: self.strategy,
+            HUDI_KEYS.TARGET_IO_PER_COMPACTION_IN_MB.key: str(self.target_io_mb),
         })
 
 
@@ -224,8 +225,8 @@ class LogCompactionService(_Frozen):
     def options(self) -> dict[str, str]:
         """The planner's settings as Hudi option keys (``LogCompactionSettings.from_options``)."""
         return {
-            "hoodie.log.compaction.enable": "true" if self.schedule else "false",
-            "hoodie.log.compaction.blocks.threshold": str(self.blocks_threshold),
+            HUDI_KEYS.LOG_COMPACTION_ENABLE.key: "true" if self.schedule else "false",
+            HUDI_KEYS.LOG_COMPACTION_BLOCKS_THRESHOLD.key: str(self.blocks_threshold),
         }
 
     def settings(self) -> LogCompactionSettings:
@@ -235,15 +236,17 @@ class LogCompactionService(_Frozen):
 
 _CLUSTERING = ClusteringSettings()
 
-#: ClusteringService field -> Hudi option key of the clustering plan strategy.
-CLUSTERING_OPTION_KEYS: dict[str, str] = {
-    "small_file_limit": "hoodie.clustering.plan.strategy.small.file.limit",
-    "max_bytes_per_group": "hoodie.clustering.plan.strategy.max.bytes.per.group",
-    "target_file_max_bytes": "hoodie.clustering.plan.strategy.target.file.max.bytes",
-    "max_num_groups": "hoodie.clustering.plan.strategy.max.num.groups",
-    "sort_columns": "hoodie.clustering.plan.strategy.sort.columns",
-    "single_group_clustering": "hoodie.clustering.plan.strategy.single.group.clustering.enabled",
+#: ClusteringService field -> Hudi key of the clustering plan strategy (``HUDI_KEYS``).
+_CLUSTERING_KEYS: dict[str, ConfigKey] = {
+    "small_file_limit": HUDI_KEYS.PLAN_STRATEGY_SMALL_FILE_LIMIT,
+    "max_bytes_per_group": HUDI_KEYS.PLAN_STRATEGY_MAX_BYTES_PER_OUTPUT_FILEGROUP,
+    "target_file_max_bytes": HUDI_KEYS.PLAN_STRATEGY_TARGET_FILE_MAX_BYTES,
+    "max_num_groups": HUDI_KEYS.PLAN_STRATEGY_MAX_GROUPS,
+    "sort_columns": HUDI_KEYS.PLAN_STRATEGY_SORT_COLUMNS,
+    "single_group_clustering": HUDI_KEYS.PLAN_STRATEGY_SINGLE_GROUP_CLUSTERING_ENABLED,
 }
+#: ClusteringService field -> Hudi option key of the clustering plan strategy.
+CLUSTERING_OPTION_KEYS: dict[str, str] = {name: entry.key for name, entry in _CLUSTERING_KEYS.items()}
 
 
 class ClusteringService(_Frozen):
@@ -282,13 +285,13 @@ class ClusteringService(_Frozen):
 
     @classmethod
     def from_options(cls, options: Mapping[str, str]) -> ClusteringService:
-        """Hudi's defaults with the plan-strategy options given by Hudi key.
+        """Hudi's defaults with the plan-strategy options given by Hudi key (or its alternatives).
 
         An unknown key or a bad value raises ``ValueError`` naming it.
         """
         fields = {key: name for name, key in CLUSTERING_OPTION_KEYS.items()}
         values: dict[str, Any] = {}
-        for key, raw in options.items():
+        for key, raw in by_key(options, _CLUSTERING_KEYS.values()).items():
             name = fields.get(key)
             if name is None:
                 known = ", ".join(sorted(fields))
@@ -353,15 +356,15 @@ class ArchivalService(_Frozen):
     def options(self, clean: CleanService, compaction: CompactionService) -> dict[str, str]:
         """The archiver's settings as Hudi option keys, with the table's cleaner and compaction trigger."""
         return {
-            "hoodie.keep.min.commits": str(self.keep_min_commits),
-            "hoodie.keep.max.commits": str(self.keep_max_commits),
-            "hoodie.archive.beyond.savepoint": str(self.archive_beyond_savepoint).lower(),
-            "hoodie.timeline.compaction.batch.size": str(self.timeline_compaction_batch_size),
-            "hoodie.clean.policy": clean.policy.value,
-            "hoodie.clean.commits.retained": str(clean.commits_retained),
-            "hoodie.clean.hours.retained": str(clean.hours_retained),
-            "hoodie.compact.inline.trigger.strategy": compaction.trigger,
-            "hoodie.compact.inline.max.delta.commits": str(compaction.delta_commits),
+            HUDI_KEYS.KEEP_MIN_COMMITS.key: str(self.keep_min_commits),
+            HUDI_KEYS.KEEP_MAX_COMMITS.key: str(self.keep_max_commits),
+            HUDI_KEYS.ARCHIVE_BEYOND_SAVEPOINT.key: str(self.archive_beyond_savepoint).lower(),
+            HUDI_KEYS.TIMELINE_COMPACTION_BATCH_SIZE.key: str(self.timeline_compaction_batch_size),
+            HUDI_KEYS.CLEANER_POLICY.key: clean.policy.value,
+            HUDI_KEYS.CLEANER_COMMITS_RETAINED.key: str(clean.commits_retained),
+            HUDI_KEYS.CLEANER_HOURS_RETAINED.key: str(clean.hours_retained),
+            HUDI_KEYS.INLINE_COMPACT_TRIGGER_STRATEGY.key: compaction.trigger,
+            HUDI_KEYS.INLINE_COMPACT_NUM_DELTA_COMMITS.key: str(compaction.delta_commits),
         }
 
 

@@ -78,6 +78,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from hoodied.hoodie import config_keys
 from hoodied.hoodie.errors import HoodieFormatError, PreconditionFailedError, StorageError
 from hoodied.hoodie.locks import (
     DEFAULT_INSPECT_TIMEOUT_S,
@@ -110,12 +111,9 @@ LOCK_FILE = ".hoodie/.locks/table_lock.json"
 #: hoodied's fencing counter, next to it.
 FENCE_FILE = ".hoodie/.locks/hoodied.fence"
 #: ``StorageBasedLockConfig``: the lease's validity and renewal period, in whole seconds (the
-#: 0.x backport names the renewal ``…heartbeat.poll.secs``).
-VALIDITY_KEY = "hoodie.write.lock.storage.validity.timeout.secs"
-RENEW_INTERVAL_KEYS = (
-    "hoodie.write.lock.storage.renew.interval.secs",
-    "hoodie.write.lock.storage.heartbeat.poll.secs",
-)
+#: 0.x backport names the renewal ``…heartbeat.poll.secs``; the first name given is read, as Hudi does).
+VALIDITY_KEY = config_keys.HUDI_KEYS.STORAGE_LOCK_VALIDITY_TIMEOUT.key
+RENEW_INTERVAL_KEYS = config_keys.HUDI_KEYS.STORAGE_LOCK_RENEW_INTERVAL.names
 #: Every key of ``StorageBasedLockProvider`` hoodied reads.
 HUDI_KEYS = (VALIDITY_KEY, *RENEW_INTERVAL_KEYS)
 #: A lock is dangling once the reader's wall clock is this far past its ``validUntil``.

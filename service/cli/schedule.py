@@ -33,12 +33,7 @@ from hoodied.hoodie.timeline.truetime import TimeSettings
 from hoodied.planners.clean import CleanPolicy, CleanSettings
 from hoodied.planners.clustering import schedule_clustering
 from hoodied.planners.compaction import CompactionSettings, schedule_compaction
-from hoodied.planners.failed_writes import (
-    FAILED_WRITES_POLICY_KEY,
-    HEARTBEAT_INTERVAL_KEY,
-    HEARTBEAT_MISSES_KEY,
-    FailedWritesSettings,
-)
+from hoodied.planners.failed_writes import FAILED_WRITES_KEYS, FailedWritesSettings
 from hoodied.planners.log_compaction import LogCompactionSettings, schedule_log_compaction
 from hoodied.service.cli.options import (
     detailed_exit_code_option,
@@ -54,8 +49,6 @@ from hoodied.service.locks import lock_from_option
 
 __all__ = ["schedule", "schedule_and_report"]
 
-#: The ``-o`` keys of ``schedule clean``: Hudi's failed-writes policy and its writers' heartbeats.
-FAILED_WRITES_KEYS = (FAILED_WRITES_POLICY_KEY, HEARTBEAT_INTERVAL_KEY, HEARTBEAT_MISSES_KEY)
 
 #: schedule(storage, lock, settings, *, dry_run, time_settings) -> (Instant | None, plan result)
 Scheduler = Callable[..., tuple[Instant | None, Any]]
@@ -132,9 +125,10 @@ def schedule_clean_command(table: str, policy: str, retained: int | None, option
     On a table whose writers use hoodie.cleaner.policy.failed.writes=LAZY, failed data writes
     (pending, heartbeat expired) are rolled back first, newest first, as Hudi's clean does."""
     failed_writes = parse_key_values(options, "--option")
-    unknown = sorted(set(failed_writes) - set(FAILED_WRITES_KEYS))
+    # the -o keys of schedule clean: Hudi's failed-writes policy and its writers' heartbeats
+    unknown = sorted(set(failed_writes) - {name for key in FAILED_WRITES_KEYS for name in key.names})
     if unknown:
-        expected = ", ".join(FAILED_WRITES_KEYS)
+        expected = ", ".join(key.key for key in FAILED_WRITES_KEYS)
         raise click.BadParameter(f"unknown key {unknown[0]} (expected one of {expected})",
                                  param_hint="--option")
     try:

@@ -345,3 +345,21 @@ def test_settings_from_hudi_keys() -> None:
         ArchivalSettings.from_options({"hoodie.archive.merge.enable": "true"})
     with pytest.raises(ValueError, match="at least 1"):
         ArchivalSettings.from_options({"hoodie.commits.archival.batch.size": "0"})
+
+
+def test_settings_under_hudis_other_key_names() -> None:
+    """Hudi 0.14-1.1 writers name the cleaner's keys hoodie.cleaner.*, Hudi 1.2 hoodie.clean.*: both are
+    taken, and given both ways the name those writers read wins (HoodieConfig.getRawValue's rule)."""
+    older = ArchivalSettings.from_options(
+        {"hoodie.cleaner.commits.retained": "1", "hoodie.cleaner.policy": "KEEP_LATEST_BY_HOURS",
+         "hoodie.cleaner.hours.retained": "5"})
+    newer = ArchivalSettings.from_options(
+        {"hoodie.clean.commits.retained": "1", "hoodie.clean.policy": "KEEP_LATEST_BY_HOURS",
+         "hoodie.clean.hours.retained": "5"})
+    assert older == newer
+    assert (older.clean_commits_retained, older.clean_policy, older.clean_hours_retained) == (
+        1, CleanPolicy.KEEP_LATEST_BY_HOURS, 5)
+    both = ArchivalSettings.from_options(
+        {"hoodie.clean.commits.retained": "7", "hoodie.cleaner.commits.retained": "3"})
+    assert both.clean_commits_retained == 3
+    assert ArchivalSettings.from_options(older.options()) == older

@@ -168,3 +168,16 @@ def test_settings_from_hudi_keys() -> None:
         FailedWritesSettings.from_options({FAILED_WRITES_POLICY_KEY: "SOMETIMES"})
     with pytest.raises(ValueError, match="must be positive"):
         FailedWritesSettings.from_options({HEARTBEAT_INTERVAL_KEY: "0"})
+
+
+def test_settings_under_hudis_other_key_name() -> None:
+    """Hudi 1.2 spells the policy hoodie.clean.failed.writes.policy: taken too, in a table's
+    hoodie.properties and in -o; within one mapping the name 0.14-1.1 writers read wins."""
+    newer = "hoodie.clean.failed.writes.policy"
+    assert FailedWritesSettings.from_options({newer: "LAZY"}).policy is FailedWritesPolicy.LAZY
+    # the options win over the table's keys, whichever name each uses
+    table = {FAILED_WRITES_POLICY_KEY: "EAGER"}
+    assert FailedWritesSettings.from_options(table, {newer: "LAZY"}).policy is FailedWritesPolicy.LAZY
+    assert FailedWritesSettings.from_options({newer: "LAZY"}, table).policy is FailedWritesPolicy.EAGER
+    both = {newer: "LAZY", FAILED_WRITES_POLICY_KEY: "NEVER"}
+    assert FailedWritesSettings.from_options(both).policy is FailedWritesPolicy.NEVER

@@ -382,3 +382,19 @@ def test_a_malformed_instant_time_is_a_usage_error(hudi_table, tmp_path: Path, c
         assert code == 2, err
         assert f"{value!r} is not an instant time" in err
     assert tree_digest(table) == before
+
+
+def test_archive_and_schedule_clean_take_hudis_other_key_names(hudi_table) -> None:
+    table = hudi_table("cow/v8_nonpartitioned")
+    timeline = tree_digest(table / ".hoodie" / "timeline")
+    code, out, err = run("archive", str(table), "-o", "hoodie.cleaner.commits.retained=1",
+                         "-o", "hoodie.clean.hours.retained=5", "--dry-run", "--json")
+    assert code == 0, err
+    assert json.loads(out)["dry_run"] is True
+    assert tree_digest(table / ".hoodie" / "timeline") == timeline  # dry runs: no instant written
+    code, out, err = run("schedule", "clean", str(table), "-o", "hoodie.clean.failed.writes.policy=LAZY",
+                         "--dry-run", "--json")
+    assert code == 0, err
+    assert json.loads(out)["planned"] is False and tree_digest(table / ".hoodie" / "timeline") == timeline
+    code, _, err = run("archive", str(table), "-o", "hoodie.cleaner.commits.retaind=1", "--dry-run")
+    assert code == 2 and "hoodie.cleaner.commits.retaind: not an archival option" in err
