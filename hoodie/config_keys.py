@@ -11,10 +11,11 @@ table-service configs (``HoodieArchivalConfig``, ``HoodieCleanConfig``, ``Hoodie
 
 The rule is Hudi's (``HoodieConfig.getRawValue``, ``ConfigUtils.getRawValueWithAltKeys``): the key's
 own name wins; otherwise the first alternative given, in the order the entry lists them. An entry's
-``key`` is the name the table's writers of the versions hoodied serves (Hudi 0.14/0.15, 1.0, 1.1)
-read, so a key given twice resolves as those writers resolve it; ``alternatives`` are the older
-names Hudi still takes and the newer spellings (Hudi 1.2 renames ``hoodie.cleaner.*`` to
-``hoodie.clean.*``, keeping the old names as alternatives), which those writers ignore.
+``key`` is ``ConfigProperty.key()`` of the newest release hoodied serves (Hudi 1.1; 0.14/0.15 and 1.0
+write the other table versions), so a key given twice resolves as its writers resolve it;
+``alternatives`` are the older names Hudi still takes (``hoodie.metadata.record.index.*`` of 0.14-1.0)
+and the newer spellings of Hudi 1.2 (``hoodie.clean.*`` for ``hoodie.cleaner.*``, kept there as
+alternatives), which 1.1 writers ignore.
 """
 
 from __future__ import annotations
@@ -113,8 +114,21 @@ class HUDI_KEYS:  # noqa: N801 -- a registry of constants, like ``properties.KEY
         "hoodie.log.compaction.blocks.threshold", "5", "LOG_COMPACTION_BLOCKS_THRESHOLD")
     # HoodieStorageConfig
     PARQUET_MAX_FILE_SIZE = ConfigKey("hoodie.parquet.max.file.size", "125829120", "PARQUET_MAX_FILE_SIZE")
-    # HoodieMetadataConfig
+    # HoodieMetadataConfig (Hudi 1.1 renames the record index's sizing keys, keeping the old names)
     METADATA_ENABLE = ConfigKey("hoodie.metadata.enable", "true", "ENABLE")
+    RECORD_INDEX_MIN_FILE_GROUP_COUNT = ConfigKey(
+        "hoodie.metadata.global.record.level.index.min.filegroup.count", "10",
+        "GLOBAL_RECORD_LEVEL_INDEX_MIN_FILE_GROUP_COUNT_PROP",
+        ("hoodie.metadata.record.index.min.filegroup.count",))
+    RECORD_INDEX_MAX_FILE_GROUP_COUNT = ConfigKey(
+        "hoodie.metadata.global.record.level.index.max.filegroup.count", "10000",
+        "GLOBAL_RECORD_LEVEL_INDEX_MAX_FILE_GROUP_COUNT_PROP",
+        ("hoodie.metadata.record.index.max.filegroup.count",))
+    RECORD_INDEX_GROWTH_FACTOR = ConfigKey(
+        "hoodie.metadata.record.index.growth.factor", "2.0", "RECORD_INDEX_GROWTH_FACTOR_PROP")
+    RECORD_INDEX_MAX_FILE_GROUP_SIZE_BYTES = ConfigKey(
+        "hoodie.metadata.record.index.max.filegroup.size", str(1024 * 1024 * 1024),
+        "RECORD_INDEX_MAX_FILE_GROUP_SIZE_BYTES_PROP")
     # HoodieClusteringConfig
     PLAN_STRATEGY_SMALL_FILE_LIMIT = ConfigKey(
         "hoodie.clustering.plan.strategy.small.file.limit", "314572800", "PLAN_STRATEGY_SMALL_FILE_LIMIT")

@@ -43,6 +43,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from hoodied.hoodie.config_keys import HUDI_KEYS, ConfigKey
 from hoodied.hoodie.errors import HoodieFormatError, InstantStateError, UnsupportedTableError
 from hoodied.hoodie.log import BlockType, HeaderKey, encode_block
 from hoodied.hoodie.log.blocks import encode_delete_block
@@ -143,14 +144,19 @@ class FileGroupSizing:
 
     @classmethod
     def from_options(cls, options: Mapping[str, str]) -> FileGroupSizing:
-        """From Hudi's keys (``hoodie.metadata.record.index.*``) where present."""
+        """From Hudi's keys (``HUDI_KEYS.RECORD_INDEX_*``, each under any of its names) where present."""
         d = cls()
+
+        def given(key: ConfigKey, default: float) -> str:
+            name = key.given_as(options)
+            return options[name] if name is not None else str(default)
+
         try:
             return cls(
-                int(options.get("hoodie.metadata.record.index.min.filegroup.count", d.min_count)),
-                int(options.get("hoodie.metadata.record.index.max.filegroup.count", d.max_count)),
-                float(options.get("hoodie.metadata.record.index.growth.factor", d.growth_factor)),
-                int(options.get("hoodie.metadata.record.index.max.filegroup.size", d.max_file_group_bytes)),
+                int(given(HUDI_KEYS.RECORD_INDEX_MIN_FILE_GROUP_COUNT, d.min_count)),
+                int(given(HUDI_KEYS.RECORD_INDEX_MAX_FILE_GROUP_COUNT, d.max_count)),
+                float(given(HUDI_KEYS.RECORD_INDEX_GROWTH_FACTOR, d.growth_factor)),
+                int(given(HUDI_KEYS.RECORD_INDEX_MAX_FILE_GROUP_SIZE_BYTES, d.max_file_group_bytes)),
             )
         except ValueError as exc:
             raise HoodieFormatError(f"record index file group settings: {exc}") from None

@@ -8,6 +8,7 @@ import pytest
 
 from hoodied.hoodie.config_keys import HUDI_KEYS, ConfigKey, by_key
 from hoodied.hoodie.errors import UnsupportedTableError
+from hoodied.hoodie.metadata.index_build import FileGroupSizing
 from hoodied.hoodie.properties import KEYS, load_table_config
 from hoodied.hoodie.storage import LocalStorage
 from tests.hoodie.test_properties import rewrite
@@ -55,3 +56,14 @@ def test_log_file_format_under_its_older_name(hudi_table) -> None:
     assert load_table_config(LocalStorage(str(table))).log_file_format == "LANCE_LOG"
     rewrite(table, hoodie__table__log__file__format="HOODIE_LOG")
     assert load_table_config(LocalStorage(str(table))).log_file_format == "HOODIE_LOG"
+
+
+def test_record_index_sizing_under_both_of_its_names() -> None:
+    """Hudi 1.1 names the record index's sizing hoodie.metadata.global.record.level.index.*, 0.14-1.0
+    hoodie.metadata.record.index.*: a table's hoodie.properties may hold either, or both."""
+    older = "hoodie.metadata.record.index.max.filegroup.count"
+    newer = "hoodie.metadata.global.record.level.index.max.filegroup.count"
+    assert FileGroupSizing.from_options({}).max_count == 10_000
+    assert FileGroupSizing.from_options({older: "40"}).max_count == 40
+    assert FileGroupSizing.from_options({newer: "50"}).max_count == 50
+    assert FileGroupSizing.from_options({older: "40", newer: "50"}).max_count == 50
