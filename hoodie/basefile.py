@@ -49,8 +49,9 @@ from hoodied.hoodie.bloom import (
     BloomFilter,
     BloomFilterType,
 )
+from hoodied.hoodie.config_keys import HUDI_KEYS, ConfigKey
 from hoodied.hoodie.errors import UnsupportedTableError
-from hoodied.hoodie.properties import ConfigKey, TableConfig
+from hoodied.hoodie.properties import TableConfig
 from hoodied.hoodie.storage import Storage
 
 __all__ = [
@@ -279,16 +280,15 @@ def with_meta_columns(
 
 
 class WRITE_KEYS:  # noqa: N801 -- a registry of constants, like ``properties.KEYS``
-    """The write keys that shape a base file, with Hudi's defaults (``HoodieStorageConfig``)."""
+    """The write keys that shape a base file (``HoodieStorageConfig``, ``HoodieIndexConfig``): their
+    entries in the key registry, ``config_keys.HUDI_KEYS``."""
 
-    CODEC = ConfigKey("hoodie.parquet.compression.codec", None, "Parquet codec; default per table version.")
-    BLOOM_TYPE = ConfigKey("hoodie.bloom.index.filter.type", "DYNAMIC_V0", "SIMPLE or DYNAMIC_V0.")
-    BLOOM_ENTRIES = ConfigKey("hoodie.index.bloom.num_entries", str(DEFAULT_NUM_ENTRIES), "Keys per row.")
-    BLOOM_FPP = ConfigKey("hoodie.index.bloom.fpp", "0.000000001", "False-positive rate per row.")
-    BLOOM_MAX_ENTRIES = ConfigKey(
-        "hoodie.bloom.index.filter.dynamic.max.entries", str(DEFAULT_MAX_ENTRIES), "DYNAMIC_V0 growth bound."
-    )
-    BLOCK_SIZE = ConfigKey("hoodie.parquet.block.size", str(DEFAULT_BLOCK_SIZE), "Row-group size in bytes.")
+    CODEC = HUDI_KEYS.PARQUET_COMPRESSION_CODEC_NAME
+    BLOOM_TYPE = HUDI_KEYS.BLOOM_FILTER_TYPE
+    BLOOM_ENTRIES = HUDI_KEYS.BLOOM_FILTER_NUM_ENTRIES
+    BLOOM_FPP = HUDI_KEYS.BLOOM_FILTER_FPP
+    BLOOM_MAX_ENTRIES = HUDI_KEYS.BLOOM_INDEX_FILTER_DYNAMIC_MAX_ENTRIES
+    BLOCK_SIZE = HUDI_KEYS.PARQUET_BLOCK_SIZE
 
 
 #: ``hoodie.parquet.compression.codec`` default (``HoodieStorageConfig``) of the Hudi releases

@@ -5,8 +5,8 @@ options and from the daemon's per-table settings, with the other names Hudi acce
 (``ConfigProperty.withAlternatives``), and the one rule that picks a value when a key is given under
 more than one name. ``ConfigKey`` is the entry; ``HUDI_KEYS`` the entries of Hudi's writer and
 table-service configs (``HoodieArchivalConfig``, ``HoodieCleanConfig``, ``HoodieCompactionConfig``,
-``HoodieClusteringConfig``, ``HoodieStorageConfig``, ``HoodieMetadataConfig``, ``HoodieWriteConfig``,
-``StorageBasedLockConfig``);
+``HoodieClusteringConfig``, ``HoodieStorageConfig``, ``HoodieIndexConfig``, ``HoodieMetadataConfig``,
+``HoodieWriteConfig``, ``StorageBasedLockConfig``);
 ``hoodied.hoodie.properties.KEYS`` holds ``HoodieTableConfig``'s.
 
 The rule is Hudi's (``HoodieConfig.getRawValue``, ``ConfigUtils.getRawValueWithAltKeys``): the key's
@@ -114,6 +114,16 @@ class HUDI_KEYS:  # noqa: N801 -- a registry of constants, like ``properties.KEY
         "hoodie.log.compaction.blocks.threshold", "5", "LOG_COMPACTION_BLOCKS_THRESHOLD")
     # HoodieStorageConfig
     PARQUET_MAX_FILE_SIZE = ConfigKey("hoodie.parquet.max.file.size", "125829120", "PARQUET_MAX_FILE_SIZE")
+    PARQUET_COMPRESSION_CODEC_NAME = ConfigKey(
+        "hoodie.parquet.compression.codec", None, "Parquet codec; default per table version.")
+    PARQUET_BLOCK_SIZE = ConfigKey(
+        "hoodie.parquet.block.size", str(120 * 1024 * 1024), "Row-group size in bytes.")
+    # HoodieIndexConfig: the bloom filter in each base file's footer
+    BLOOM_FILTER_TYPE = ConfigKey("hoodie.bloom.index.filter.type", "DYNAMIC_V0", "SIMPLE or DYNAMIC_V0.")
+    BLOOM_FILTER_NUM_ENTRIES = ConfigKey("hoodie.index.bloom.num_entries", "60000", "Keys per row.")
+    BLOOM_FILTER_FPP = ConfigKey("hoodie.index.bloom.fpp", "0.000000001", "False-positive rate per row.")
+    BLOOM_INDEX_FILTER_DYNAMIC_MAX_ENTRIES = ConfigKey(
+        "hoodie.bloom.index.filter.dynamic.max.entries", "100000", "DYNAMIC_V0 growth bound.")
     # HoodieMetadataConfig (Hudi 1.1 renames the record index's sizing keys, keeping the old names)
     METADATA_ENABLE = ConfigKey("hoodie.metadata.enable", "true", "ENABLE")
     RECORD_INDEX_MIN_FILE_GROUP_COUNT = ConfigKey(

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import pytest
 
+from hoodied.hoodie.basefile import DEFAULT_BLOCK_SIZE, WRITE_KEYS
+from hoodied.hoodie.bloom import DEFAULT_FPP, DEFAULT_MAX_ENTRIES, DEFAULT_NUM_ENTRIES
 from hoodied.hoodie.config_keys import HUDI_KEYS, ConfigKey, by_key
 from hoodied.hoodie.errors import UnsupportedTableError
 from hoodied.hoodie.metadata.index_build import FileGroupSizing
@@ -67,3 +69,11 @@ def test_record_index_sizing_under_both_of_its_names() -> None:
     assert FileGroupSizing.from_options({older: "40"}).max_count == 40
     assert FileGroupSizing.from_options({newer: "50"}).max_count == 50
     assert FileGroupSizing.from_options({older: "40", newer: "50"}).max_count == 50
+
+
+def test_base_file_keys_are_registry_entries_with_the_writers_defaults() -> None:
+    assert WRITE_KEYS.BLOCK_SIZE is HUDI_KEYS.PARQUET_BLOCK_SIZE
+    assert WRITE_KEYS.BLOCK_SIZE.default == str(DEFAULT_BLOCK_SIZE)
+    assert WRITE_KEYS.BLOOM_ENTRIES.default == str(DEFAULT_NUM_ENTRIES)
+    assert WRITE_KEYS.BLOOM_MAX_ENTRIES.default == str(DEFAULT_MAX_ENTRIES)
+    assert float(WRITE_KEYS.BLOOM_FPP.default or "") == DEFAULT_FPP
