@@ -126,6 +126,14 @@ class HUDI_KEYS:  # noqa: N801 -- a registry of constants, like ``properties.KEY
         "hoodie.bloom.index.filter.dynamic.max.entries", "100000", "DYNAMIC_V0 growth bound.")
     # HoodieMetadataConfig (Hudi 1.1 renames the record index's sizing keys, keeping the old names)
     METADATA_ENABLE = ConfigKey("hoodie.metadata.enable", "true", "ENABLE")
+    METADATA_COMPACT_NUM_DELTA_COMMITS = ConfigKey(
+        "hoodie.metadata.compact.max.delta.commits", "10", "COMPACT_NUM_DELTA_COMMITS (0.x default: 24)")
+    METADATA_INDEX_COLUMN_STATS_FILE_GROUP_COUNT = ConfigKey(
+        "hoodie.metadata.index.column.stats.file.group.count", "2",
+        "METADATA_INDEX_COLUMN_STATS_FILE_GROUP_COUNT")
+    METADATA_INDEX_PARTITION_STATS_FILE_GROUP_COUNT = ConfigKey(
+        "hoodie.metadata.index.partition.stats.file.group.count", "1",
+        "METADATA_INDEX_PARTITION_STATS_FILE_GROUP_COUNT")
     RECORD_INDEX_MIN_FILE_GROUP_COUNT = ConfigKey(
         "hoodie.metadata.global.record.level.index.min.filegroup.count", "10",
         "GLOBAL_RECORD_LEVEL_INDEX_MIN_FILE_GROUP_COUNT_PROP",

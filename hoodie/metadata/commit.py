@@ -57,6 +57,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from hoodied.hoodie.basefile import KEY_BLOOM
+from hoodied.hoodie.config_keys import HUDI_KEYS
 from hoodied.hoodie.crashpoints import crash_point
 from hoodied.hoodie.errors import HoodieFormatError, UnsupportedTableError
 from hoodied.hoodie.filenames import BaseFileName
@@ -116,7 +117,7 @@ LOG_COMPACT = "LOG_COMPACT"
 CLUSTER = "CLUSTER"
 SECONDARY_INDEX_PREFIX = "secondary_index_"
 #: ``hoodie.bloom.index.filter.type``: the type Hudi records in ``bloom_filters`` (its default).
-BLOOM_TYPE_PROPERTY = "hoodie.bloom.index.filter.type"
+BLOOM_TYPE_PROPERTY = HUDI_KEYS.BLOOM_FILTER_TYPE.key
 DEFAULT_BLOOM_TYPE = "DYNAMIC_V0"
 
 #: Per operation, the MDT partitions whose records hoodied writes exactly as Hudi (secondary

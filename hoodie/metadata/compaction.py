@@ -51,6 +51,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from hoodied.hoodie.config_keys import HUDI_KEYS
 from hoodied.hoodie.crashpoints import crash_point
 from hoodied.hoodie.errors import FileAlreadyExistsError, HoodieFormatError, InstantStateError
 from hoodied.hoodie.filenames import BaseFileName, make_write_token
@@ -87,7 +88,7 @@ __all__ = [
     "schedule_mdt_compaction",
 ]
 
-MAX_DELTA_COMMITS_KEY = "hoodie.metadata.compact.max.delta.commits"
+MAX_DELTA_COMMITS_KEY = HUDI_KEYS.METADATA_COMPACT_NUM_DELTA_COMMITS.key
 #: ``HoodieMetadataConfig.COMPACT_NUM_DELTA_COMMITS`` default in 1.x (0.x: 24).
 DEFAULT_MAX_DELTA_COMMITS = 10
 COMPACTION_PLAN_VERSION = 2

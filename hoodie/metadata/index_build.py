@@ -86,9 +86,9 @@ __all__ = [
 SECONDARY_INDEX_PREFIX = "secondary_index_"
 SECONDARY_INDEX = "secondary_index"
 #: ``hoodie.metadata.index.column.stats.file.group.count`` and its default.
-COLUMN_STATS_FILE_GROUPS_KEY = "hoodie.metadata.index.column.stats.file.group.count"
+COLUMN_STATS_FILE_GROUPS_KEY = HUDI_KEYS.METADATA_INDEX_COLUMN_STATS_FILE_GROUP_COUNT.key
 COLUMN_STATS_FILE_GROUPS = 2
-PARTITION_STATS_FILE_GROUPS_KEY = "hoodie.metadata.index.partition.stats.file.group.count"
+PARTITION_STATS_FILE_GROUPS_KEY = HUDI_KEYS.METADATA_INDEX_PARTITION_STATS_FILE_GROUP_COUNT.key
 PARTITION_STATS_FILE_GROUPS = 1
 EXPRESSION_INDEX_PREFIX = "expr_index_"
 INDEX_COMMIT_METADATA_VERSION = 1
