@@ -13,9 +13,9 @@ The rule is Hudi's (``HoodieConfig.getRawValue``, ``ConfigUtils.getRawValueWithA
 own name wins; otherwise the first alternative given, in the order the entry lists them. An entry's
 ``key`` is ``ConfigProperty.key()`` of the newest release hoodied serves (Hudi 1.1; 0.14/0.15 and 1.0
 write the other table versions), so a key given twice resolves as its writers resolve it;
-``alternatives`` are the older names Hudi still takes (``hoodie.metadata.record.index.*`` of 0.14-1.0)
-and the newer spellings of Hudi 1.2 (``hoodie.clean.*`` for ``hoodie.cleaner.*``, kept there as
-alternatives), which 1.1 writers ignore.
+``alternatives`` are the older names Hudi still takes (0.14-1.0's ``hoodie.cleaner.*`` and
+``hoodie.metadata.record.index.*``) and the newer spellings of Hudi 1.2
+(``hoodie.clean.failed.writes.policy``), which 1.1 writers ignore.
 """
 
 from __future__ import annotations
@@ -77,14 +77,15 @@ class HUDI_KEYS:  # noqa: N801 -- a registry of constants, like ``properties.KEY
     COMMITS_ARCHIVAL_BATCH_SIZE = ConfigKey(
         "hoodie.commits.archival.batch.size", "10", "COMMITS_ARCHIVAL_BATCH_SIZE")
     ARCHIVE_MERGE_ENABLE = ConfigKey("hoodie.archive.merge.enable", "false", "ARCHIVE_MERGE_ENABLE")
-    # HoodieCleanConfig (Hudi 1.2 spells these hoodie.clean.*)
+    # HoodieCleanConfig (Hudi 1.1 names the cleaner's keys hoodie.clean.*; 0.14-1.0 hoodie.cleaner.*)
     CLEANER_POLICY = ConfigKey(
-        "hoodie.cleaner.policy", "KEEP_LATEST_COMMITS", "CLEANER_POLICY", ("hoodie.clean.policy",))
+        "hoodie.clean.policy", "KEEP_LATEST_COMMITS", "CLEANER_POLICY", ("hoodie.cleaner.policy",))
     CLEANER_COMMITS_RETAINED = ConfigKey(
-        "hoodie.cleaner.commits.retained", "10", "CLEANER_COMMITS_RETAINED",
-        ("hoodie.clean.commits.retained",))
+        "hoodie.clean.commits.retained", "10", "CLEANER_COMMITS_RETAINED",
+        ("hoodie.cleaner.commits.retained",))
     CLEANER_HOURS_RETAINED = ConfigKey(
-        "hoodie.cleaner.hours.retained", "24", "CLEANER_HOURS_RETAINED", ("hoodie.clean.hours.retained",))
+        "hoodie.clean.hours.retained", "24", "CLEANER_HOURS_RETAINED", ("hoodie.cleaner.hours.retained",))
+    # ... but the failed-writes policy only from Hudi 1.2 on
     FAILED_WRITES_CLEANER_POLICY = ConfigKey(
         "hoodie.cleaner.policy.failed.writes", "EAGER", "FAILED_WRITES_CLEANER_POLICY",
         ("hoodie.clean.failed.writes.policy",))

@@ -243,12 +243,12 @@ class ArchivalSettings:
     compaction_batch_size: int = 10
     """``hoodie.timeline.compaction.batch.size``: LSM files of one level compacted at once."""
     clean_policy: CleanPolicy = CleanPolicy.KEEP_LATEST_COMMITS
-    """``hoodie.cleaner.policy`` (Hudi 1.2: ``hoodie.clean.policy``) of the table's cleaner (raises
+    """``hoodie.clean.policy`` (0.14-1.0: ``hoodie.cleaner.policy``) of the table's cleaner (raises
     min/max when needed)."""
     clean_commits_retained: int = 10
-    """``hoodie.cleaner.commits.retained`` (Hudi 1.2: ``hoodie.clean.commits.retained``)."""
+    """``hoodie.clean.commits.retained`` (0.14-1.0: ``hoodie.cleaner.commits.retained``)."""
     clean_hours_retained: int = 24
-    """``hoodie.cleaner.hours.retained`` (Hudi 1.2: ``hoodie.clean.hours.retained``)."""
+    """``hoodie.clean.hours.retained`` (0.14-1.0: ``hoodie.cleaner.hours.retained``)."""
     compaction_trigger: TriggerStrategy = TriggerStrategy.NUM_COMMITS
     """``hoodie.compact.inline.trigger.strategy``."""
     compaction_max_delta_commits: int = 5

@@ -50,10 +50,10 @@ __all__ = ["archive"]
 _OPTION_HELP = (
     "A Hudi archival option, repeatable: hoodie.keep.min.commits (20), hoodie.keep.max.commits (30), "
     "hoodie.archive.beyond.savepoint (false), hoodie.timeline.compaction.batch.size (10), "
-    "hoodie.cleaner.policy, hoodie.cleaner.commits.retained, hoodie.cleaner.hours.retained, "
+    "hoodie.clean.policy, hoodie.clean.commits.retained, hoodie.clean.hours.retained, "
     "hoodie.compact.inline.trigger.strategy, hoodie.compact.inline.max.delta.commits, "
     "hoodie.metadata.enable, hoodie.commits.archival.batch.size (10, table version 6); "
-    "each also under the other names Hudi takes for it (hoodie.clean.commits.retained ...)."
+    "each also under the other names Hudi takes for it (hoodie.cleaner.commits.retained ...)."
 )
 
 

@@ -27,12 +27,12 @@ def test_the_keys_own_name_wins_then_its_alternatives_in_order() -> None:
 
 
 def test_by_key_names_each_key_once_and_keeps_other_names() -> None:
-    options = {"hoodie.clean.commits.retained": "3", "hoodie.keep.min.commits": "4", "hoodie.other": "x"}
+    options = {"hoodie.cleaner.commits.retained": "3", "hoodie.keep.min.commits": "4", "hoodie.other": "x"}
     assert by_key(options, [RETAINED, HUDI_KEYS.KEEP_MIN_COMMITS]) == {
-        "hoodie.cleaner.commits.retained": "3", "hoodie.keep.min.commits": "4", "hoodie.other": "x",
+        "hoodie.clean.commits.retained": "3", "hoodie.keep.min.commits": "4", "hoodie.other": "x",
     }
-    both = {"hoodie.clean.commits.retained": "3", "hoodie.cleaner.commits.retained": "5"}
-    assert by_key(both, [RETAINED]) == {"hoodie.cleaner.commits.retained": "5"}
+    both = {"hoodie.cleaner.commits.retained": "3", "hoodie.clean.commits.retained": "5"}
+    assert by_key(both, [RETAINED]) == {"hoodie.clean.commits.retained": "5"}
 
 
 def test_every_name_belongs_to_one_key() -> None:

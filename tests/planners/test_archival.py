@@ -348,8 +348,8 @@ def test_settings_from_hudi_keys() -> None:
 
 
 def test_settings_under_hudis_other_key_names() -> None:
-    """Hudi 0.14-1.1 writers name the cleaner's keys hoodie.cleaner.*, Hudi 1.2 hoodie.clean.*: both are
-    taken, and given both ways the name those writers read wins (HoodieConfig.getRawValue's rule)."""
+    """Hudi 0.14-1.0 writers name the cleaner's keys hoodie.cleaner.*, Hudi 1.1 hoodie.clean.* (the old
+    names its alternatives): both are taken, and given both ways 1.1's wins (HoodieConfig.getRawValue)."""
     older = ArchivalSettings.from_options(
         {"hoodie.cleaner.commits.retained": "1", "hoodie.cleaner.policy": "KEEP_LATEST_BY_HOURS",
          "hoodie.cleaner.hours.retained": "5"})
@@ -360,6 +360,6 @@ def test_settings_under_hudis_other_key_names() -> None:
     assert (older.clean_commits_retained, older.clean_policy, older.clean_hours_retained) == (
         1, CleanPolicy.KEEP_LATEST_BY_HOURS, 5)
     both = ArchivalSettings.from_options(
-        {"hoodie.clean.commits.retained": "7", "hoodie.cleaner.commits.retained": "3"})
+        {"hoodie.cleaner.commits.retained": "7", "hoodie.clean.commits.retained": "3"})
     assert both.clean_commits_retained == 3
     assert ArchivalSettings.from_options(older.options()) == older
