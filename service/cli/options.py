@@ -43,7 +43,7 @@ __all__ = [
 
 
 class InstantTimeType(click.ParamType):
-    """An instant time given on the command line (17 digits; 14 on tables written before Hudi 0.10)."""
+    """An instant time given on the command line: 17 digits (yyyyMMddHHmmssSSS), or 14 on older tables."""
 
     name = "instant"
 
