@@ -373,7 +373,9 @@ class Timeline:
 
         compaction / logcompaction -> HoodieCompactionPlan; clustering and replacecommit ->
         HoodieRequestedReplaceMetadata; clean -> HoodieCleanerPlan; rollback ->
-        HoodieRollbackPlan; indexing -> HoodieIndexPlan; restore -> HoodieRestorePlan.
+        HoodieRollbackPlan; indexing -> HoodieIndexPlan; restore -> HoodieRestorePlan. A file that
+        does not decode raises ``CorruptPlanError`` (``plan`` too, for a record of another kind): a
+        ``HoodieFormatError`` that names the instant, so a diagnostic command can mark it and go on.
         """
         if instant.action not in PLAN_ACTIONS:
             return None

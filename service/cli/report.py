@@ -1,7 +1,9 @@
 """What the read-side commands show: timeline rows, the inspect report, snapshot export.
 
 Pure functions over a ``HoodieTable``; the CLI only prints what they return, so the
-same data serves ``--json`` and the human-readable text.
+same data serves ``--json`` and the human-readable text. A pending instant whose plan cannot be
+read (``CorruptPlanError``) is shown, marked ``corrupt_plan``, rather than failing the command:
+these are the commands that tell what is wrong with a table.
 
 The inspect report's ``lock`` section (``lock_report``) names the lock ``--lock`` chooses and
 who holds it, read without taking it (``hoodie.locks.InspectableLock``); a lock service that does
