@@ -30,8 +30,9 @@ import pyarrow as pa
 from pyspark.sql import SparkSession
 
 from hoodied.executors.engine import OperationTask, Progress, run_operations
+from hoodied.hoodie.actions.write_schema import require_meta_fields
 from hoodied.hoodie.crashpoints import crash_point
-from hoodied.hoodie.errors import HoodieFormatError, InstantStateError, UnsupportedTableError
+from hoodied.hoodie.errors import HoodieFormatError, InstantStateError
 from hoodied.hoodie.fence import Attempt, attempt_path, start_attempt
 from hoodied.hoodie.heartbeat import require_startable
 from hoodied.hoodie.human import format_size
@@ -214,8 +215,4 @@ def require_rewritable(storage: Storage, config: TableConfig, operation: str, se
     the metadata-table partitions its commit keeps exact (``operation``: Hudi's operation type),
     and the meta fields the rewritten files carry over."""
     require_commit_maintainable(storage, config, operation, service)
-    if not config.populate_meta_fields:
-        raise UnsupportedTableError(
-            f"{storage.base_uri}: {service} of tables without meta fields (hoodie.populate.meta.fields="
-            "false) is not supported"
-        )
+    require_meta_fields(config, storage.base_uri, service)

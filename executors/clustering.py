@@ -83,6 +83,7 @@ from hoodied.executors.attempt import (
 )
 from hoodied.executors.engine import Progress, SparkOperations
 from hoodied.hoodie.actions.clustering import (
+    check_sort_columns,
     moved_keys,
     output_file_id,
     replace_commit_metadata,
@@ -367,18 +368,6 @@ def _check_plan(plan: ClusteringPlan, where: str) -> None:
         raise HoodieFormatError(f"{where}: clustering plan has no input groups")
 
 
-def _check_sort_columns(columns: tuple[str, ...], schema: pa.Schema, where: str) -> None:
-    for c in columns:
-        if c not in schema.names:
-            raise UnsupportedTableError(
-                f"{where}: sort column {c!r} is not a top-level column of the table (nested sort "
-                "columns are not supported)"
-            )
-        t = schema.field(c).type
-        if pa.types.is_nested(t) or pa.types.is_dictionary(t):
-            raise UnsupportedTableError(f"{where}: sort column {c!r} has type {t}, which cannot be sorted")
-
-
 
 def check_clustering(
     storage: Storage, config: TableConfig, timeline: Timeline, inst: Instant,
@@ -434,7 +423,7 @@ def prepare_job(
         groups.append(tuple(slices))
     schemas = write_schemas(HoodieTable(storage, config, timeline), where)
     columns = sort_columns(plan)
-    _check_sort_columns(columns, schemas.arrow, where)
+    check_sort_columns(columns, schemas.arrow, where)
     job = ClusteringJob(
         storage, config, timeline, inst.requested_time, schemas.arrow, schemas.footer, tuple(groups),
         tuple(g.num_output_file_groups for g in plan.input_groups), columns, target_file_max_bytes(plan),

@@ -15,6 +15,7 @@ __all__ = [
     "OUTAGE_ERRNOS",
     "AttemptSupersededError",
     "ClockSkewError",
+    "CorruptPlanError",
     "EngineUnavailableError",
     "FileAlreadyExistsError",
     "HeartbeatAliveError",
@@ -48,6 +49,35 @@ class TableNotFoundError(HoodieServiceError):
 
 class HoodieFormatError(HoodieServiceError):
     """A file of the table does not follow the Hudi format (corrupt, truncated, garbage)."""
+
+
+class CorruptPlanError(HoodieFormatError):
+    """An instant's plan file (``.compaction.requested``, ``.clustering.requested``, ...) cannot be
+    decoded: truncated, garbage, not the Avro record its action needs.
+
+    For a pending table service this means the file groups it holds are unknown: Hudi's file-system
+    view fails on it (``CompactionUtils.getCompactionPlan``, ``ClusteringUtils.getClusteringPlan``),
+    and so does anything that plans beside it. ``reason`` is the decoder's one line (the file named),
+    for the diagnostic commands, which show the table with the instant marked instead of failing.
+
+    Next step: a person restores the file from a backup or removes the pending instant.
+    """
+
+    def __init__(self, requested_time: str, action: str, pending: bool, reason: str) -> None:
+        self.requested_time = requested_time
+        self.action = action
+        self.pending = pending
+        self.reason = reason
+        if pending:
+            text = (f"pending {action} {requested_time}: corrupt plan, "
+                    f"the file groups it holds are unknown ({reason})")
+        else:
+            text = f"{action} {requested_time}: corrupt plan ({reason})"
+        super().__init__(text)
+
+    def __reduce__(self) -> tuple[type[CorruptPlanError], tuple[str, str, bool, str]]:
+        # the message is built from the fields; pickling (a Spark task's error) keeps the fields
+        return type(self), (self.requested_time, self.action, self.pending, self.reason)
 
 
 class UnsupportedTableError(HoodieServiceError):

@@ -19,7 +19,12 @@ the real plans in the v9 fixtures: slices carry full base/log paths, ``bootstrap
 
 Not done yet: the RECENT_DAYS partition filter. A table whose metadata table has a partition a
 clustering's commit cannot keep exact is refused before anything is written
-(``hoodie.metadata.commit.require_commit_maintainable``, the executor's rule).
+(``hoodie.metadata.commit.require_commit_maintainable``, the executor's rule), and so are the other
+plans the executor would refuse: a table without meta fields (``require_meta_fields``; Apache Hudi
+clusters those with its key generators, hoodied does not) and sort columns that are not sortable
+top-level columns of the table's schema (``check_sort_columns``). Each is an
+``UnsupportedTableError`` raised before any file is written: one line for ``hoodied schedule``, and
+for the daemon a planning note, the service left waiting rather than planned again at every poll.
 
 Its trigger, ``clustering_due`` (``hoodie.clustering.async.max.commits``), sits beside it.
 """
@@ -31,13 +36,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from hoodied.hoodie.actions.clustering import check_sort_columns
 from hoodied.hoodie.actions.services import TableService, service_of
+from hoodied.hoodie.actions.write_schema import require_meta_fields, write_schemas
 from hoodied.hoodie.errors import InstantStateError
 from hoodied.hoodie.fsview import FilesByPartition, FileSlice, FileSystemView, LogFile, list_storage
 from hoodied.hoodie.locks import TableLock
 from hoodied.hoodie.metadata.commit import CLUSTER, require_commit_maintainable
 from hoodied.hoodie.properties import TableConfig, load_table_config
 from hoodied.hoodie.storage import Storage
+from hoodied.hoodie.table import HoodieTable
 from hoodied.hoodie.timeline.active import Timeline
 from hoodied.hoodie.timeline.compact import TimelineCounts
 from hoodied.hoodie.timeline.instant import WRITE_ACTIONS, Action, Instant, State
@@ -248,6 +256,7 @@ def schedule_clustering(
     """Plan under the lock with a TrueTime instant and write ``<T>.clustering.requested``."""
     config = load_table_config(storage)
     require_commit_maintainable(storage, config, CLUSTER, "clustering")
+    require_meta_fields(config, storage.base_uri, "clustering")
     settings = settings or ClusteringSettings()
     with lock:
         timeline = Timeline.load(storage, config)
@@ -261,6 +270,9 @@ def schedule_clustering(
         result = plan_clustering(
             config, timeline, list_storage(storage, config), instant_time, storage.base_uri, settings
         )
+        if result.plan is not None and settings.sort_columns:
+            schema = write_schemas(HoodieTable(storage, config, timeline), storage.base_uri).arrow
+            check_sort_columns(settings.sort_columns, schema, storage.base_uri)
         if result.plan is None or dry_run:
             return None, result
         instant = writer.create_requested(Action.CLUSTERING, instant_time, result.plan)

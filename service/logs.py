@@ -11,7 +11,8 @@ its real trouble shows, in hoodied's format. A local Spark's JVM writes its own 
 error: ``child_stderr_logged`` makes that a pipe whose lines become log records (logger
 ``hoodied.spark``, the level of each log4j line), and their level is set where the JVM starts
 (``service.spark_jobs.spark_log_conf``), so what is left of them reaches the terminal in hoodied's
-format, never in the middle of a status line.
+format, never in the middle of a status line. Spark's reports of a failed task (the exception, the
+Java stack and the task's Python traceback) are DEBUG records: the job's error says it in one line.
 
 ``live_line`` owns the one status line a command may redraw in place on a terminal (a progress bar, a
 spinner): while it is shown, each log record first clears it, is written on a line of its own, and the
@@ -56,6 +57,12 @@ def _out() -> TextIO:
 #: A log4j line of a Spark JVM (``service/spark-log4j2.properties``: ``%d{yy/MM/dd HH:mm:ss} %p %c{1}: %m``).
 _LOG4J_LINE = re.compile(r"^\d\d/\d\d/\d\d \d\d:\d\d:\d\d (TRACE|DEBUG|INFO|WARN|ERROR|FATAL) ([^:]+): (.*)$")
 _JVM_NOTICE = "WARNING: "  # how the JVM itself prints a notice (not through log4j)
+#: Spark's own reports of a failed task (``logger: message`` of a log4j line): the failure reaches the
+#: driver as the job's error, which hoodied reports in one line, so these (and the stack and Python
+#: traceback printed under them) are DEBUG records, shown with ``--debug`` only.
+_TASK_FAILURE = re.compile(
+    r"^(?:Executor: Exception in task |TaskSetManager: (?:Lost task |Task \S+ in stage \S+ failed \d+ times))"
+)
 _LOG4J_LEVELS = {"TRACE": logging.DEBUG, "DEBUG": logging.DEBUG, "INFO": logging.INFO,
                  "WARN": logging.WARNING, "ERROR": logging.ERROR, "FATAL": logging.CRITICAL}
 
@@ -120,9 +127,12 @@ def _log_child_lines(pipe: int, logger: logging.Logger) -> None:
     """Each line a child process writes into ``pipe`` as a log record of ``logger``: the level of a
     log4j line; DEBUG for the JVM's own ``WARNING: ...`` notices (about how Spark's JVM was built or
     started, "Using incubator modules": nothing an operator can act on); WARNING for anything else (a
-    Python worker's traceback); a traceback's lines keep the level of the line before them. Runs until
-    every writer closed the pipe (the child exited)."""
+    Python worker's traceback); a traceback's lines keep the level of the line before them. Spark's
+    reports of a failed task (``_TASK_FAILURE``) are DEBUG, and so is every line under them up to the
+    next log4j line: the exception log4j prints there holds unindented lines too (the Java exception's
+    first line, the Python exception's last). Runs until every writer closed the pipe (the child exited)."""
     level = logging.WARNING
+    task_failure = False
     with open(pipe, "rb") as lines:
         for raw in lines:
             text = raw.decode("utf-8", "replace").rstrip()
@@ -130,9 +140,10 @@ def _log_child_lines(pipe: int, logger: logging.Logger) -> None:
                 continue
             found = _LOG4J_LINE.match(text)
             if found:
-                level = _LOG4J_LEVELS[found.group(1)]
+                task_failure = _TASK_FAILURE.match(f"{found.group(2)}: {found.group(3)}") is not None
+                level = logging.DEBUG if task_failure else _LOG4J_LEVELS[found.group(1)]
                 logger.log(level, "%s: %s", found.group(2), found.group(3))
-            elif text[0].isspace() or text.startswith(("Caused by", "at ")):
+            elif task_failure or text[0].isspace() or text.startswith(("Caused by", "at ")):
                 logger.log(level, "%s", text)
             elif text.startswith(_JVM_NOTICE):
                 level = logging.DEBUG

@@ -66,6 +66,7 @@ __all__ = [
     "TARGET_FILE_MAX_BYTES_KEY",
     "MovedKeys",
     "WriteConflictError",
+    "check_sort_columns",
     "conflicting_writes",
     "moved_keys",
     "output_file_id",
@@ -98,6 +99,21 @@ def sort_columns(plan: ClusteringPlan) -> tuple[str, ...]:
     """The plan's sort columns (strategy param), in order; empty when the plan does not sort."""
     raw = plan.strategy_params.get(SORT_COLUMNS_KEY) or ""
     return tuple(c.strip() for c in raw.split(",") if c.strip())
+
+
+def check_sort_columns(columns: tuple[str, ...], schema: pa.Schema, where: str) -> None:
+    """``UnsupportedTableError`` unless every sort column is a sortable top-level column of ``schema``
+    (the table's columns): the planner checks the columns it is given before it writes a plan, the
+    executor the columns of a plan someone else wrote."""
+    for c in columns:
+        if c not in schema.names:
+            raise UnsupportedTableError(
+                f"{where}: sort column {c!r} is not a top-level column of the table (nested sort "
+                "columns are not supported)"
+            )
+        t = schema.field(c).type
+        if pa.types.is_nested(t) or pa.types.is_dictionary(t):
+            raise UnsupportedTableError(f"{where}: sort column {c!r} has type {t}, which cannot be sorted")
 
 
 def target_file_max_bytes(plan: ClusteringPlan, default: int = DEFAULT_TARGET_FILE_MAX_BYTES) -> int:

@@ -32,7 +32,7 @@ from typing import Any, Protocol
 
 from hoodied.hoodie.actions.services import service_of
 from hoodied.hoodie.avro.container import is_avro_container, read_single_record
-from hoodied.hoodie.errors import HoodieFormatError
+from hoodied.hoodie.errors import CorruptPlanError, HoodieFormatError
 from hoodied.hoodie.properties import TableConfig
 from hoodied.hoodie.storage import Storage
 from hoodied.hoodie.timeline.archived_v6 import ArchivedTimelineV6
@@ -373,7 +373,9 @@ class Timeline:
 
         compaction / logcompaction -> HoodieCompactionPlan; clustering and replacecommit ->
         HoodieRequestedReplaceMetadata; clean -> HoodieCleanerPlan; rollback ->
-        HoodieRollbackPlan; indexing -> HoodieIndexPlan; restore -> HoodieRestorePlan.
+        HoodieRollbackPlan; indexing -> HoodieIndexPlan; restore -> HoodieRestorePlan. A file that
+        does not decode raises ``CorruptPlanError`` (``plan`` too, for a record of another kind): a
+        ``HoodieFormatError`` that names the instant, so a diagnostic command can mark it and go on.
         """
         if instant.action not in PLAN_ACTIONS:
             return None
@@ -390,12 +392,19 @@ class Timeline:
             path = f"{self.config.timeline_path}/{name}"
             data = self.storage.read(path)
             if data:
-                return read_single_record(data, path)
+                try:
+                    return read_single_record(data, path)
+                except HoodieFormatError as exc:  # typed, so the diagnostic commands can mark the instant
+                    raise _corrupt_plan(instant, exc) from None
         return None
 
     def plan(self, instant: Instant) -> Plan | None:
         """``read_plan`` decoded into the typed plan of ``hoodie.timeline.plans``."""
-        return decode_plan(instant, self.read_plan(instant))
+        record = self.read_plan(instant)
+        try:
+            return decode_plan(instant, record)
+        except (HoodieFormatError, KeyError, TypeError, ValueError) as exc:  # an Avro record of another kind
+            raise _corrupt_plan(instant, exc) from None
 
     def read_commit_metadata(self, instant: Instant) -> dict[str, Any]:
         """The completed metadata of the instant: Avro (layout 2) or pretty JSON (layout 1, legacy).
@@ -479,6 +488,13 @@ class Timeline:
             f"Timeline({self.config.name!r}, {len(self.completed())} completed, "
             f"{len(self.pending())} pending)"
         )
+
+
+def _corrupt_plan(instant: Instant, exc: Exception) -> CorruptPlanError:
+    reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    if not isinstance(exc, HoodieFormatError):
+        reason = f"not a {instant.action.value} plan ({type(exc).__name__}: {reason})"
+    return CorruptPlanError(instant.requested_time, instant.action.value, instant.is_pending, reason)
 
 
 def decode_metadata(data: bytes, where: str) -> dict[str, Any]:

@@ -152,6 +152,8 @@ def timeline(table: str, as_json: bool, history: bool) -> None:
     click.echo(f"{'requested':<18} {'completed':<18} {'action':<14} {'state':<10} plan")
     for r in rows:
         note = r.get("plan") or ("archived" if r["archived"] else "")
+        if r.get("corrupt_plan"):
+            note = f"corrupt plan: {r['corrupt_plan']}"
         click.echo(
             f"{r['requested_time']:<18} {r['completion_time'] or '-':<18} {r['action']:<14} "
             f"{r['state']:<10} {note}".rstrip()

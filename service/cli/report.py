@@ -1,7 +1,9 @@
 """What the read-side commands show: timeline rows, the inspect report, snapshot export.
 
 Pure functions over a ``HoodieTable``; the CLI only prints what they return, so the
-same data serves ``--json`` and the human-readable text.
+same data serves ``--json`` and the human-readable text. A pending instant whose plan cannot be
+read (``CorruptPlanError``) is shown, marked ``corrupt_plan``, rather than failing the command:
+these are the commands that tell what is wrong with a table.
 
 The inspect report's ``lock`` section (``lock_report``) names the lock ``--lock`` chooses and
 who holds it, read without taking it (``hoodie.locks.InspectableLock``); a lock service that does
@@ -24,7 +26,7 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
-from hoodied.hoodie.errors import HoodieFormatError, HoodieServiceError
+from hoodied.hoodie.errors import CorruptPlanError, HoodieFormatError, HoodieServiceError
 from hoodied.hoodie.filenames import writer_instant
 from hoodied.hoodie.locks import InspectableLock, LockBackendError, LockHolder
 from hoodied.hoodie.metadata.compaction import deltas_since_last_compaction
@@ -48,9 +50,14 @@ __all__ = [
 ]
 
 
-def _plan_summary(timeline: Timeline, instant: Instant) -> str | None:
-    plan = timeline.plan(instant)
-    return plan.summary() if plan is not None else None
+def _plan_summary(timeline: Timeline, instant: Instant) -> tuple[str | None, str | None]:
+    """(the plan's summary, why the plan cannot be read): a corrupt plan marks its instant, it does
+    not fail the command that shows the table."""
+    try:
+        plan = timeline.plan(instant)
+    except CorruptPlanError as exc:
+        return None, exc.reason
+    return (plan.summary() if plan is not None else None), None
 
 
 def timeline_rows(table: HoodieTable) -> list[dict[str, Any]]:
@@ -66,19 +73,19 @@ def timeline_rows(table: HoodieTable) -> list[dict[str, Any]]:
             "archived": timeline.is_archived(instant),
         }
         if instant.is_pending:
-            row["plan"] = _plan_summary(timeline, instant)
+            row["plan"], row["corrupt_plan"] = _plan_summary(timeline, instant)
         rows.append(row)
     return rows
 
 
 def inspect_table(table: HoodieTable) -> dict[str, Any]:
-    """The facts ``hoodied inspect`` shows, as plain data (the ``lock`` section: ``lock_report``)."""
+    """The facts ``hoodied inspect`` shows, as plain data (the ``lock`` section: ``lock_report``).
+
+    A pending instant whose plan cannot be read carries ``corrupt_plan`` (the reason); the file
+    counts then cannot be told (``files.error``), as the file slices depend on every pending plan.
+    """
     cfg = table.config
     listing: Listing = "metadata" if table.uses_metadata_listing() else "storage"
-    view = table.file_system_view(listing=listing)
-    slices = list(view.latest_slices())
-    groups = list(view.file_groups())
-    partitions = sorted({s.partition for s in slices})
     pending = []
     for instant in table.timeline.pending():
         entry: dict[str, Any] = {
@@ -86,9 +93,11 @@ def inspect_table(table: HoodieTable) -> dict[str, Any]:
             "action": instant.action.value,
             "state": instant.state.value,
         }
-        summary = _plan_summary(table.timeline, instant)
+        summary, corrupt = _plan_summary(table.timeline, instant)
         if summary:
             entry["plan"] = summary
+        if corrupt:
+            entry["corrupt_plan"] = corrupt
         pending.append(entry)
     completed = table.timeline.completed()
     report: dict[str, Any] = {
@@ -115,21 +124,32 @@ def inspect_table(table: HoodieTable) -> dict[str, Any]:
             "latest_completed": completed[-1].requested_time if completed else None,
             "actions": dict(Counter(i.action.value for i in completed)),
         },
-        "files": {
-            "listing": listing,
-            "partitions": len(partitions),
-            "file_groups": len(groups),
-            "file_slices": sum(len(g.slices) for g in groups),
-            "latest_file_slices": len(slices),
-            "base_files": sum(1 for s in slices if s.base_file is not None),
-            "log_files": sum(len(s.log_files) for s in slices),
-            "partition_paths": partitions[:50],
-        },
+        "files": _files_report(table, listing),
         "pending_table_services": pending,
         "metadata_table": _metadata_report(table),
         "archival": _archival_report(table),
     }
     return report
+
+
+def _files_report(table: HoodieTable, listing: Listing) -> dict[str, Any]:
+    try:
+        view = table.file_system_view(listing=listing)
+        slices = list(view.latest_slices())
+        groups = list(view.file_groups())
+    except CorruptPlanError as exc:  # which slices are latest depends on what the pending plans hold
+        return {"listing": listing, "error": str(exc)}
+    partitions = sorted({s.partition for s in slices})
+    return {
+        "listing": listing,
+        "partitions": len(partitions),
+        "file_groups": len(groups),
+        "file_slices": sum(len(g.slices) for g in groups),
+        "latest_file_slices": len(slices),
+        "base_files": sum(1 for s in slices if s.base_file is not None),
+        "log_files": sum(len(s.log_files) for s in slices),
+        "partition_paths": partitions[:50],
+    }
 
 
 # Hudi's lock files hoodied can see on a table: (path, the --lock that takes it, what it means).
@@ -345,10 +365,7 @@ def render_inspect(report: dict[str, Any]) -> str:
         f"timezone       {t['timezone']}",
         f"timeline       {tl['instants']} instants, {tl['completed']} completed, {tl['pending']} pending; "
         f"latest completed {tl['latest_completed'] or '-'}",
-        f"files          {f['partitions']} partitions, {f['file_groups']} file groups, "
-        f"{f['file_slices']} file slices ({f['latest_file_slices']} latest), "
-        f"{f['base_files']} base files and {f['log_files']} log files in latest slices "
-        f"(listed from {f['listing']})",
+        _render_files(f),
     ]
     arch = report["archival"]
     if "error" in arch:
@@ -364,6 +381,8 @@ def render_inspect(report: dict[str, Any]) -> str:
         lines.append("pending")
         for p in report["pending_table_services"]:
             plan = f": {p['plan']}" if p.get("plan") else ""
+            if p.get("corrupt_plan"):
+                plan = f": corrupt plan: {p['corrupt_plan']}"
             lines.append(f"  {p['requested_time']} {p['action']} {p['state']}{plan}")
     else:
         lines.append("pending        none")
@@ -387,6 +406,17 @@ def render_inspect(report: dict[str, Any]) -> str:
     if "lock" in report:
         lines.extend(_render_lock(report["lock"]))
     return "\n".join(lines)
+
+
+def _render_files(f: dict[str, Any]) -> str:
+    if "error" in f:
+        return f"files          cannot tell: {f['error']}"
+    return (
+        f"files          {f['partitions']} partitions, {f['file_groups']} file groups, "
+        f"{f['file_slices']} file slices ({f['latest_file_slices']} latest), "
+        f"{f['base_files']} base files and {f['log_files']} log files in latest slices "
+        f"(listed from {f['listing']})"
+    )
 
 
 def write_snapshot(

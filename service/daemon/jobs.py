@@ -36,6 +36,10 @@ How errors are read (``classify``):
   backoff, until the attempts run out;
 - anything raised after the daemon asked the job to stop: ``handed_back``.
 
+Every outcome is logged once by the loop (``job ended``, its message the error's first line); the
+traceback of a ``failed`` job is a DEBUG record of its own, so at the default level a failed job is
+one line, and ``log.level: debug`` shows where it failed.
+
 Before running an executor the timeline is listed again under the lease: an instant that
 another executor completed since the poll is ``already_done`` and not touched.
 
@@ -374,7 +378,7 @@ def _execute_leased(
     except Exception as exc:
         outcome = classify(exc, job.cancel)
         if outcome.outcome is Outcome.FAILED:
-            log.warning("%s %s failed", spec.action.value, t, exc_info=True)
+            log.debug("%s %s failed", spec.action.value, t, exc_info=True)
     finally:
         if not job.abandoned:
             lease.release()
@@ -415,7 +419,7 @@ def plan(
     except Exception as exc:
         outcome = classify(exc, job.cancel)
         if outcome.outcome is Outcome.FAILED:
-            log.warning("planning %s failed", job.service, exc_info=True)
+            log.debug("planning %s failed", job.service, exc_info=True)
     outcome.counts = ctx.counts
     outcome.seconds = time.monotonic() - started
     return outcome

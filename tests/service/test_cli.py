@@ -211,10 +211,13 @@ def test_garbage_plan_file(hudi_table) -> None:
     plan = table / ".hoodie/timeline/20251220210129235.compaction.requested"
     plan.write_bytes(b"this is not avro at all")
     before = tree_digest(table)
-    code, _, err = run("inspect", str(table))
+    code, out, err = run("inspect", str(table))  # shows the table, the instant marked
+    assert code == 0, err
+    assert "20251220210129235 compaction inflight: corrupt plan: .hoodie/timeline/" in out
+    assert tree_digest(table) == before
+    code, _, err = run("execute", str(table), "--instant", "20251220210129235")
     assert code == EXIT_CORRUPT
     assert_one_line_error(err, "20251220210129235.compaction.requested")
-    assert tree_digest(table) == before
 
 
 def test_unknown_action_file_is_ignored_with_warning(hudi_table) -> None:

@@ -307,7 +307,14 @@ CHILD = r"""
 import subprocess, sys, threading
 from hoodied.service.logs import child_stderr_logged, configure_logging
 configure_logging("json", "INFO")
-lines = ["26/01/01 00:00:00 ERROR Executor: Exception in task 0.0", "\tat org.apache.spark.Task.run",
+lines = ["26/01/01 00:00:00 ERROR Executor: Exception in task 0.0 in stage 0.0 (TID 0)",
+         "org.apache.spark.api.python.PythonException: Traceback (most recent call last):",
+         '  File "compaction.py", line 1, in compact', "hoodied.hoodie.errors.HoodieFormatError: x.parquet",
+         "\tat org.apache.spark.Task.run",
+         "26/01/01 00:00:00 WARN TaskSetManager: Lost task 1.0 in stage 0.0",
+         "26/01/01 00:00:00 ERROR TaskSetManager: Task 0 in stage 0.0 failed 1 times; aborting job",
+         "26/01/01 00:00:00 ERROR SparkContext: Error initializing SparkContext.",
+         "\tat org.apache.spark.SparkContext.<init>",
          "26/01/01 00:00:01 INFO SparkContext: Running Spark", "WARNING: Using incubator modules: x",
          "Traceback (most recent call last):"]
 with child_stderr_logged("hoodied.spark"):
@@ -331,7 +338,9 @@ def test_a_child_s_standard_error_becomes_log_records() -> None:
     records = [json.loads(line) for line in lines if line != "our own line"]
     got = [(r["level"], r["event"]) for r in records if r["logger"] == "hoodied.spark"]
     assert got == [
-        ("error", "Executor: Exception in task 0.0"), ("error", "\tat org.apache.spark.Task.run"),
+        ("error", "SparkContext: Error initializing SparkContext."),
+        ("error", "\tat org.apache.spark.SparkContext.<init>"),
         ("info", "SparkContext: Running Spark"), ("warning", "Traceback (most recent call last):"),
         ("warning", "late line"),  # written after the block: still read, the child holds the pipe
-    ], records  # the JVM's own notice is a DEBUG record: below INFO
+    ], records  # DEBUG records, below INFO: the JVM's own notice, Spark's reports of a failed task and
+    # every line under them (the job's error says it in one line)

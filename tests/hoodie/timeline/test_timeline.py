@@ -5,13 +5,14 @@ from __future__ import annotations
 import json
 import logging
 import os
+import pickle
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
 
 from hoodied.hoodie.avro.container import write_single_record
-from hoodied.hoodie.errors import HoodieFormatError
+from hoodied.hoodie.errors import CorruptPlanError, HoodieFormatError
 from hoodied.hoodie.properties import (
     TableConfig,
     format_java_properties,
@@ -293,10 +294,15 @@ def test_garbage_plan_names_the_file(hudi_table) -> None:
     timeline = open_timeline(table)  # loading reads names only
     inst = timeline.get("20251220210129235")
     assert inst is not None
-    with pytest.raises(HoodieFormatError) as err:
+    with pytest.raises(CorruptPlanError) as err:  # a HoodieFormatError the diagnostic commands can mark
         timeline.read_plan(inst)
-    assert str(err.value).startswith(".hoodie/timeline/20251220210129235.compaction.requested: ")
+    assert isinstance(err.value, HoodieFormatError)
+    assert (err.value.requested_time, err.value.action, err.value.pending) == ("20251220210129235",
+                                                                               "compaction", False)
+    assert err.value.reason.startswith(".hoodie/timeline/20251220210129235.compaction.requested: ")
+    assert str(err.value).startswith("compaction 20251220210129235: corrupt plan (.hoodie/timeline/")
     assert "\n" not in str(err.value)
+    assert pickle.loads(pickle.dumps(err.value)).reason == err.value.reason
     path.write_bytes(good[: len(good) // 2])  # truncated
     with pytest.raises(HoodieFormatError, match="20251220210129235.compaction.requested: corrupt Avro"):
         open_timeline(table).read_plan(inst)
