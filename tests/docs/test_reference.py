@@ -95,3 +95,17 @@ def test_front_page_is_short_and_links_into_the_site(page: str) -> None:
                    "docs/operations/runbook.md"):
         assert f"]({target})" in text, target
         assert (PROJECT / target).is_file(), target
+
+
+def test_an_error_line_names_its_troubleshooting_entry(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from hoodied.service.cli.main import TROUBLESHOOTING_URL, cli
+
+    assert TROUBLESHOOTING_URL.endswith("/docs/troubleshooting.md")
+    result = CliRunner().invoke(cli, ["inspect", str(tmp_path / "nowhere")])
+    assert result.exit_code == 3
+    line = result.stderr.strip()
+    assert line.startswith("hoodied: error: ") and "\n" not in line
+    assert line.endswith(f" (see: {TROUBLESHOOTING_URL}#tablenotfounderror)")
+    assert "TableNotFoundError" in _headings(DOCS / "troubleshooting.md")  # mkdocs: its anchor
