@@ -211,6 +211,12 @@ def cli_reference() -> str:
         "`hoodied --log-format json inspect TABLE`.", "",
         _cell(cli.help), "",
         *_options(cli, root),
+        "## Every command", "",
+        "| command | what it does |", "|---|---|",
+        *(f"| [`{ctx.command_path}`](#{ctx.command_path.replace(' ', '-')}) | "
+          f"{_cell(command.get_short_help_str(limit=300))} |"
+          for command, ctx in _commands(cli, root) if not isinstance(command, click.Group)),
+        "",
     ]
     for command, ctx in _commands(cli, root):
         title = ctx.command_path
