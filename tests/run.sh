@@ -44,5 +44,7 @@ echo "== import layers"
 echo "== types"
 .venv/bin/mypy -p hoodied.hoodie -p hoodied.planners -p hoodied.executors -p hoodied.service -p tests
 .venv/bin/mypy bench
+echo "== docs"  # the site: a broken link, anchor or page left out of the navigation fails the build
+NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --quiet --site-dir site
 echo "== pytest"
 exec .venv/bin/pytest "$@"

@@ -7,7 +7,9 @@ The group adds its commands here, in one place: ``timeline``, ``inspect``, ``rea
 command that runs a Spark job.
 
 Every command maps the project's typed errors to one line on standard error and an exit
-code scripts can test; ``--debug`` adds the traceback. Results go to standard output
+code scripts can test; ``--debug`` adds the traceback. The line ends with where the error's cause and
+fix are written: its class's entry of the troubleshooting page (``see: ...troubleshooting.md#<class>``;
+``tests/docs`` checks that every error class has one). Results go to standard output
 (``--json`` where a script wants to parse them), logs to standard error.
 """
 
@@ -68,6 +70,10 @@ _EXIT_BY_ERROR: list[tuple[type[HoodieServiceError], int]] = [
     (ConfigError, EXIT_CONFIG),
 ]
 
+#: The troubleshooting page of the documentation: one entry per error class, its anchor the class's name.
+TROUBLESHOOTING_URL = "https://github.com/hoodied/hoodied/blob/main/docs/troubleshooting.md"
+
+
 def _fail(exc: BaseException, debug: bool) -> NoReturn:
     if debug:  # masked as every message: a URL with its password may sit in any error's text
         text = "".join(traceback.format_exception(exc))
@@ -78,7 +84,8 @@ def _fail(exc: BaseException, debug: bool) -> NoReturn:
             code = kind_code
             break
     message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-    click.echo(f"hoodied: error: {mask_secrets(message)}", err=True)
+    see = f" (see: {TROUBLESHOOTING_URL}#{type(exc).__name__.lower()})"
+    click.echo(f"hoodied: error: {mask_secrets(message)}{see}", err=True)
     sys.exit(code)
 
 

