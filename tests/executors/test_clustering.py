@@ -498,6 +498,39 @@ def test_a_copied_version_6_timeline(tmp_path: Path, spark: Session, update: boo
     assert result.instant.is_completed and hudi_rs_rows(root) == before
 
 
+_COW, _MOR = TableType.COPY_ON_WRITE, TableType.MERGE_ON_READ
+
+
+@pytest.mark.parametrize(("version", "table_type"), [(6, _COW), (6, _MOR), (8, _COW), (9, _MOR)],
+                         ids=["v6-cow", "v6-mor", "v8-cow", "v9-mor"])
+def test_a_write_started_after_planning_conflicts_whatever_its_file_time(
+    tmp_path: Path, spark: Session, version: int, table_type: TableType
+) -> None:
+    """A write requested after the clustering was planned completed after it, whatever time its
+    completed file carries: layout 1 keeps no completion time but the file's modification time,
+    which a writer whose clock is behind (or a storage that keeps whole seconds) sets to the
+    planning time or before. The timeline's order still says the write came after the plan."""
+    root = tmp_path / "table"
+    spec = TableSpec("trips", SCHEMA, "id", "city", "ts", table_type, version)
+    writer = create_table(_storage(root), spec, max_file_rows=40)
+    writer.insert(pa.Table.from_pylist([{"id": f"k{i:03d}", "ts": 1, "city": CITIES[i % 3], "v": 1.0}
+                                        for i in range(200)], schema=SCHEMA))
+    t, plan = _schedule(root, ClusteringSettings())
+    partition, file_id = sorted(plan.file_groups)[0]
+    write = writer.upsert(pa.Table.from_pylist([_live_row(root, partition, file_id)], schema=SCHEMA))
+    assert write.instant_time > t
+    planned_at = instant_time_to_datetime(t, load_table_config(_storage(root)).tzinfo).timestamp()
+    for f in _timeline_dir(root).glob(f"{write.instant_time}*"):
+        os.utime(f, (planned_at, planned_at))  # its file says: completed when the plan was made
+    after = hudi_rs_rows(root)
+    found = conflicting_writes(_timeline(root), _instant(root, t), plan)
+    assert [(i.requested_time, g) for i, g in found] == [(write.instant_time, [(partition, file_id)])]
+    with pytest.raises(WriteConflictError, match=f"changed file group {file_id}"):
+        _run(root, t, spark)
+    assert _instant(root, t).state is State.REQUESTED
+    assert not _outputs(root, t) and hudi_rs_rows(root) == after
+
+
 def test_a_conflicting_write_during_the_job_leaves_a_recoverable_attempt(
     tmp_path: Path, spark: Session
 ) -> None:
