@@ -20,6 +20,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, cast
@@ -50,7 +51,12 @@ from hoodied.hoodie.properties import TableType, load_table_config
 from hoodied.hoodie.storage import LocalStorage
 from hoodied.hoodie.table import HoodieTable
 from hoodied.hoodie.timeline import commit_metadata as cm
-from hoodied.hoodie.timeline.active import Timeline, decode_metadata, instant_time_to_datetime
+from hoodied.hoodie.timeline.active import (
+    Timeline,
+    datetime_to_instant_time,
+    decode_metadata,
+    instant_time_to_datetime,
+)
 from hoodied.hoodie.timeline.instant import Action, Instant, State
 from hoodied.hoodie.timeline.plans import ClusteringPlan, SliceInfo
 from hoodied.hoodie.timeline.truetime import TimeSettings
@@ -529,6 +535,38 @@ def test_a_write_started_after_planning_conflicts_whatever_its_file_time(
         _run(root, t, spark)
     assert _instant(root, t).state is State.REQUESTED
     assert not _outputs(root, t) and hudi_rs_rows(root) == after
+
+
+@pytest.mark.parametrize("fid", ["cow/v6_simplekeygen_nonhivestyle", "cow/v6_nonpartitioned"])
+def test_hudis_version_6_tables_refuse_a_clustering_over_a_later_commit(
+    tmp_path: Path, spark: Session, fid: str
+) -> None:
+    """Hudi's own v6 copy-on-write tables: after the plan, a commit writes a new version of a planned
+    file group (as Hudi's upsert does: a base file at its instant, a ``.commit`` naming it) and its
+    completed file carries the planning time. The clustering must not replace that file group."""
+    root = unzip_table(require_fixture(fid), tmp_path / "t")
+    t, plan = _schedule(root, ClusteringSettings())
+    s = plan.input_groups[0].slices[0]
+    tz = load_table_config(_storage(root)).tzinfo
+    time.sleep(0.002)
+    w = datetime_to_instant_time(datetime.now(tz), tz)
+    assert w > t
+    assert s.base_file_name is not None
+    name = BaseFileName.parse(s.base_file_name)
+    assert name is not None
+    path = "/".join(p for p in (s.partition_path, f"{s.file_id}_0-1-0_{w}.{name.extension}") if p)
+    shutil.copyfile(_base_path(root, s), root / path)
+    stat = {"fileId": s.file_id, "path": path, "prevCommit": name.instant_time, "numWrites": 1,
+            "numUpdateWrites": 1, "partitionPath": s.partition_path}
+    commit = {"partitionToWriteStats": {s.partition_path: [stat]}, "compacted": False,
+              "extraMetadata": {}, "operationType": "UPSERT"}
+    for state, text in ((".commit.requested", ""), (".inflight", ""), (".commit", json.dumps(commit))):
+        (root / ".hoodie" / f"{w}{state}").write_text(text)
+    planned_at = instant_time_to_datetime(t, tz).timestamp()
+    os.utime(root / ".hoodie" / f"{w}.commit", (planned_at, planned_at))
+    with pytest.raises(WriteConflictError, match=f"commit {w} completed, after the clustering was planned"):
+        run_spark_service(_storage(root), InProcessLock(str(root)), t, spark, time_settings=FAST)
+    assert _instant(root, t).state is State.REQUESTED and not _outputs(root, t)
 
 
 def test_a_conflicting_write_during_the_job_leaves_a_recoverable_attempt(
