@@ -446,7 +446,7 @@ def execute_clean(
         attempt = start_attempt(storage, writer, clean_time, Action.CLEAN, heartbeat_interval_ms,
                                 tolerable_misses)
     storage = attempt.storage
-    try:
+    with attempt:  # a failure after a takeover is the other attempt's (AttemptSupersededError)
         crash_point("inflight")
         result = CleanResult(inst)
         todo = [f for entries in plan.files.values() for f in entries]
@@ -467,8 +467,6 @@ def execute_clean(
             lock.ensure_held()
             attempt.fence.check()
             result.instant = writer.complete(clean_time, Action.CLEAN, metadata)
-    finally:
-        attempt.end()
     log.info("%s", result.summary())
     return result
 

@@ -482,7 +482,7 @@ def execute_clustering(
         attempt = start_attempt(storage, writer, instant_time, Action.CLUSTERING, heartbeat_interval_ms,
                                 tolerable_misses)
         job = dataclasses.replace(job, storage=attempt.storage)  # its tasks write through the fence
-    try:
+    with attempt:  # a failure after a takeover is the other attempt's (AttemptSupersededError)
         rows = run_attempt(session, len(job.groups), job, STATS_SCHEMA, progress=progress,
                            description=f"clustering {instant_time} of {storage.base_uri}")
         rows.sort(key=lambda r: (r["op"], r["path"] or ""))
@@ -498,8 +498,6 @@ def execute_clustering(
                        mdt_sharded={RECORD_INDEX: moved} if moved is not None else None,
                        check=lambda: require_no_conflict(Timeline.load(storage, config), inst, plan),
                        mdt_runner=SparkOperations(session))
-    finally:
-        attempt.end()
     result.seconds = time.monotonic() - started
     log.info("%s", result.summary())
     return result

@@ -375,7 +375,7 @@ def execute_compaction(
         attempt = start_attempt(storage, writer, instant_time, Action.COMPACTION, heartbeat_interval_ms,
                                 tolerable_misses)
         job = dataclasses.replace(job, storage=attempt.storage)  # its tasks write through the fence
-    try:
+    with attempt:  # a failure after a takeover is the other attempt's (AttemptSupersededError)
         rows = run_attempt(session, len(job.slices), job, STATS_SCHEMA, progress=progress,
                            description=f"compaction {instant_time} of {storage.base_uri}")
         result = CompactionResult(inst, [_write_stat(row) for row in sorted(rows, key=lambda r: r["op"])])
@@ -383,8 +383,6 @@ def execute_compaction(
         commit_attempt(result, attempt, config, lock, writer, Action.COMPACTION, metadata,
                        cm.encode_commit_metadata, time_settings=time_settings,
                        mdt_runner=SparkOperations(session))
-    finally:
-        attempt.end()
     result.seconds = time.monotonic() - started
     log.info("%s", result.summary())
     return result

@@ -493,12 +493,10 @@ def execute_indexing(
     partition, init = build.info.partition, build.init
     result = IndexingResult(build.inst, partition=partition, init_instant=init)
     mdt = build.mdt
-    try:
+    with build.attempt:  # a failure after a takeover is the other attempt's (AttemptSupersededError)
         stats = _build_partition(session, storage, config, mdt, build, result, progress)
         with lock:
             _commit(storage, writer, mdt, build, stats, result)
-    finally:
-        build.attempt.end()
     result.seconds = time.monotonic() - started
     log.info("%s", result.summary())
     return result

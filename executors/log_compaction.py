@@ -340,7 +340,7 @@ def execute_log_compaction(
         attempt = start_attempt(storage, writer, instant_time, Action.LOG_COMPACTION, heartbeat_interval_ms,
                                 tolerable_misses)
         job = dataclasses.replace(job, storage=attempt.storage)  # its tasks write through the fence
-    try:
+    with attempt:  # a failure after a takeover is the other attempt's (AttemptSupersededError)
         rows = run_attempt(session, len(job.slices), job, STATS_SCHEMA, progress=progress,
                            description=f"log compaction {instant_time} of {storage.base_uri}")
         rows.sort(key=lambda r: r["op"])
@@ -351,8 +351,6 @@ def execute_log_compaction(
         commit_attempt(result, attempt, config, lock, writer, Action.LOG_COMPACTION, metadata,
                        cm.encode_commit_metadata, time_settings=time_settings,
                        mdt_runner=SparkOperations(session))
-    finally:
-        attempt.end()
     result.seconds = time.monotonic() - started
     log.info("%s", result.summary())
     return result

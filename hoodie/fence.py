@@ -20,7 +20,10 @@ The protocol:
   markers, writes the metadata table and completes ``T``; while it holds the lock no takeover
   can change the identity, so the completion itself cannot race one.
 - **Release.** An attempt deletes the identity at its end (completed or failed), only while it
-  is still its own; from then on nothing is admitted until the next attempt claims it.
+  is still its own; from then on nothing is admitted until the next attempt claims it. An
+  attempt that fails after it was taken over (whatever the error: its inputs may be gone, cleaned
+  after the takeover) ends with ``AttemptSupersededError`` (``Attempt`` as a context manager):
+  that the identity is no longer its own decides, not the error.
 - **One job per table.** Before claiming, under the same table lock, an attempt lists the
   identities of the table's other instants and refuses to start (``TableBusyError``) while one of
   them has a live heartbeat (Hudi's expiry rule, ``hoodie.heartbeat``). The identities and
@@ -48,6 +51,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from types import TracebackType
 from typing import BinaryIO
 
 from hoodied.hoodie.crashpoints import crash_point
@@ -136,11 +140,25 @@ class AttemptFence:
         """Raise ``AttemptSupersededError`` unless this attempt is still the instant's current one."""
         current = current_attempt(self.storage, self.instant_time)
         if current != self.identity:
-            by = f"attempt {current.split(' ', 1)[0]}" if current else "no attempt (released)"
-            raise AttemptSupersededError(
-                f"{self.storage.base_uri}: instant {self.instant_time} was taken over ({by} holds it now); "
-                "this attempt writes nothing more"
-            )
+            raise self._superseded(current)
+
+    def superseded(self) -> AttemptSupersededError | None:
+        """The error that says this attempt is no longer the instant's current one; ``None`` while it
+        is, or when the identity cannot be read (then nothing is known either way)."""
+        try:
+            current = current_attempt(self.storage, self.instant_time)
+        except Exception as exc:
+            log.warning("%s: could not read the attempt of %s: %s", self.storage.base_uri,
+                        self.instant_time, exc)
+            return None
+        return self._superseded(current) if current != self.identity else None
+
+    def _superseded(self, current: str | None) -> AttemptSupersededError:
+        by = f"attempt {current.split(' ', 1)[0]}" if current else "no attempt (released)"
+        return AttemptSupersededError(
+            f"{self.storage.base_uri}: instant {self.instant_time} was taken over ({by} holds it now); "
+            "this attempt writes nothing more"
+        )
 
     def release(self) -> None:
         """Delete the identity while it is still this attempt's (never another's claim)."""
@@ -264,6 +282,23 @@ class Attempt:
         """Stop the heartbeat (deleting it while the attempt is still the instant's) and release the fence."""
         self.heartbeat.stop(delete=True)
         self.fence.release()
+
+    def __enter__(self) -> Attempt:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        """End the attempt. An error of an attempt that was taken over meanwhile (paused past its
+        heartbeat: another executor rolled it back, and a later clean may have deleted its inputs)
+        is raised as ``AttemptSupersededError``, from the error: whatever failed, the instant is
+        another's, so the failure is not this attempt's to count."""
+        superseded = None
+        if isinstance(exc, Exception) and not isinstance(exc, AttemptSupersededError):
+            superseded = self.fence.superseded()
+        self.end()
+        if superseded is not None:
+            raise superseded from exc
 
 
 def start_attempt(

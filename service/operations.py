@@ -59,6 +59,7 @@ __all__ = [
     "ExecuteStatus",
     "Runner",
     "execute_pending",
+    "executed_status",
     "recover_failed_attempt",
     "rollback_failed_attempt",
 ]
@@ -166,6 +167,8 @@ class ExecuteStatus(StrEnum):
     """What ``execute`` did with one pending instant."""
 
     EXECUTED = "executed"
+    ALREADY_COMPLETED = "already-completed"
+    """Completed already (by another executor) when its executor looked under the lock: nothing done."""
     SKIPPED = "skipped"
     """Another executor is alive on it (fresh heartbeat)."""
     NO_EXECUTOR = "no-executor"
@@ -269,5 +272,11 @@ def execute_pending(
             what = f"{inst.requested_time} {inst.action.value}"
             outcomes.append(ExecuteOutcome(inst, ExecuteStatus.SKIPPED, f"{what}: skipped, {exc}"))
             continue
-        outcomes.append(ExecuteOutcome(result.instant, ExecuteStatus.EXECUTED, result.summary(), result))
+        status = executed_status(result.was_completed)
+        outcomes.append(ExecuteOutcome(result.instant, status, result.summary(), result))
     return outcomes
+
+
+def executed_status(was_completed: bool) -> ExecuteStatus:
+    """What running an executor did: ``ALREADY_COMPLETED`` when it found its instant completed."""
+    return ExecuteStatus.ALREADY_COMPLETED if was_completed else ExecuteStatus.EXECUTED

@@ -68,7 +68,7 @@ from hoodied.hoodie.timeline.active import Timeline
 from hoodied.hoodie.timeline.instant import Action, Instant
 from hoodied.hoodie.timeline.truetime import TimeSettings
 from hoodied.service.logs import child_stderr_logged
-from hoodied.service.operations import ExecuteOutcome, ExecuteStatus, recover_failed_attempt
+from hoodied.service.operations import ExecuteOutcome, executed_status, recover_failed_attempt
 
 if TYPE_CHECKING:  # the executors import pyspark: types only
     from hoodied.executors.compaction import CompactionResult
@@ -120,6 +120,11 @@ class ServiceResult(Protocol):
 
     @property
     def instant(self) -> Instant: ...
+
+    @property
+    def was_completed(self) -> bool:
+        """The instant was completed already when the executor looked under the lock: nothing done."""
+        ...
 
     def summary(self) -> str: ...
 
@@ -608,7 +613,7 @@ class SparkRunner:
                 time_settings=self.time_settings, heartbeat_interval_ms=self.heartbeat_interval_ms,
                 tolerable_misses=self.tolerable_misses, force=self.force, progress=progress,
             )
-        return ExecuteOutcome(result.instant, ExecuteStatus.EXECUTED, result.summary())
+        return ExecuteOutcome(result.instant, executed_status(result.was_completed), result.summary())
 
     def close(self) -> None:
         self._engine.close()

@@ -28,8 +28,14 @@ replaced file groups) conflicts; the clustering must not complete (Hudi throws
 conflict (``resolveConflict`` lets it pass). File groups are compared by (partition, file id).
 Hudi's writers reject updates to file groups under pending clustering
 (``SparkRejectUpdateStrategy``), so a conflict means a writer that did not honour that.
-Completion times of layout 1 are backfilled from file modification times, which a copy of the
-table resets: there a base file no newer than the planned one is known to predate the plan.
+Which writes completed after the clustering was planned is read from the timeline's order first,
+as Hudi 0.x does (``getCandidateInstants``: completed instants after a given instant *time*): a
+write requested after the clustering's instant started after the plan, so it completed after it,
+whatever completion time it carries. Only a write requested before the clustering (in flight while
+it was planned) needs its completion time. Layout 1 has none but the completed file's modification
+time, which is no order: a copy of the table resets it (there a base file no newer than the
+planned one is known to predate the plan), and a writer host whose clock is behind, or a storage
+that keeps whole seconds, dates a later write at or before the plan.
 
 Record index: clustering moves every record to a new file group; ``record_index_updates``
 gives the ``record_index`` entries (``HoodieMetadataPayload.createRecordIndexUpdate``) of the
@@ -204,15 +210,19 @@ def conflicting_writes(
     """Completed writes that conflict with completing ``clustering``, with the file groups they touched.
 
     Candidates are the completed writes of the commits timeline that completed after the
-    clustering's requested time (layout 1: completion time from the file's modification
-    time, as Hudi backfills it); a compaction requested before the clustering is let pass.
+    clustering's requested time: every write requested after it (the timeline's order; its
+    completion time is not consulted), and a write requested before it whose completion time
+    (layout 1: the file's modification time, as Hudi backfills it) is later; a compaction
+    requested before the clustering is let pass.
     """
     planned = _planned_base_instants(plan)
     layout = timeline.config.timeline_layout
     t = clustering.requested_time
     out = []
     for inst in timeline.completed(_WRITE_ACTIONS):
-        if inst.requested_time == t or not inst.completion_time or inst.completion_time <= t:
+        if inst.requested_time == t:
+            continue
+        if inst.requested_time < t and (not inst.completion_time or inst.completion_time <= t):
             continue
         if inst.action is Action.COMPACTION and inst.requested_time < t:
             continue
@@ -230,9 +240,12 @@ def require_no_conflict(timeline: Timeline, clustering: Instant, plan: Clusterin
     inst, touched = found[0]
     more = f" (and {len(found) - 1} more writes)" if len(found) > 1 else ""
     part, fid = touched[0]
+    t = clustering.requested_time
+    # a layout-1 time that is not after the plan is a file's time, not the order (conflicting_writes)
+    at = f" at {inst.completion_time}" if inst.completion_time and inst.completion_time > t else ""
     raise WriteConflictError(
-        f"clustering {clustering.requested_time}: {inst.file_action.value} {inst.requested_time} "
-        f"completed at {inst.completion_time}, after the clustering was planned, and changed file group "
+        f"clustering {t}: {inst.file_action.value} {inst.requested_time} "
+        f"completed{at}, after the clustering was planned, and changed file group "
         f"{fid} in partition {part!r}{more}; the clustering cannot complete (roll it back and plan again)"
     )
 

@@ -12,7 +12,9 @@ How errors are read (``classify``):
 
 - ``HeartbeatAliveError`` (the instant's heartbeat is fresh): ``skipped``, another executor is at work;
   ``AttemptSupersededError`` (this replica was paused past its lease and another took the instant
-  over: ``hoodie.fence`` refused every write after that): ``claimed``, the instant is the other's;
+  over: ``hoodie.fence`` refused every write after that, and any error of the attempt after the
+  takeover, its inputs cleaned meanwhile included, is raised as this one): ``claimed``, the
+  instant is the other's; never counted as a failure;
   ``InstantNotReadyError`` (an indexing waiting for pending data writes): ``skipped`` too, tried
   again at the next poll;
 - ``HoodieFormatError`` / ``TableNotFoundError``: ``corrupt``; executors and planners check
@@ -41,7 +43,9 @@ traceback of a ``failed`` job is a DEBUG record of its own, so at the default le
 one line, and ``log.level: debug`` shows where it failed.
 
 Before running an executor the timeline is listed again under the lease: an instant that
-another executor completed since the poll is ``already_done`` and not touched.
+another executor completed since the poll is ``already_done`` and not touched. An executor that
+finds it completed itself, under the table lock (completed between that listing and the lock),
+answers ``AlreadyCompleted``: ``already_done`` too, so one instant never counts two successes.
 
 The table lock handed to executors is wrapped so every acquisition's wait is measured.
 """
@@ -80,7 +84,14 @@ from hoodied.hoodie.timeline.instant import Instant
 from hoodied.hoodie.timeline.truetime import TimeSettings
 from hoodied.service.config import DaemonConfig, Policy
 from hoodied.service.daemon.leases import make_lease, make_table_slot
-from hoodied.service.daemon.registry import ArchivalReport, ExecutorSpec, JobContext, PlanContext, PlannerSpec
+from hoodied.service.daemon.registry import (
+    AlreadyCompleted,
+    ArchivalReport,
+    ExecutorSpec,
+    JobContext,
+    PlanContext,
+    PlannerSpec,
+)
 from hoodied.service.hudi_lock import hudi_table_lock
 from hoodied.service.locks import LocalFileLock, RedisLockFactory, lock_from_option
 from hoodied.service.spark_jobs import SparkEngine
@@ -121,11 +132,13 @@ class Outcome(StrEnum):
     NOTHING_DUE = "nothing_due"
     """The planner found nothing to do."""
     ALREADY_DONE = "already_done"
-    """Another executor completed the instant since the poll."""
+    """Another executor completed the instant since the poll (found before or by the executor):
+    nothing was done; neither a success nor a failure."""
     SKIPPED = "skipped"
     """Another executor is alive on the instant, or it waits for pending writes: held until the next poll."""
     CLAIMED = "claimed"
-    """Another replica holds the table's slot or the instant's lease."""
+    """Another replica holds the table's slot or the instant's lease, or took the instant over from
+    this attempt (superseded: ``AttemptSupersededError``); not a failure."""
     LOCK_UNAVAILABLE = "lock_unavailable"
     """The lock service is down (or the table lock stayed busy): retried, never a quarantine."""
     STORAGE_UNAVAILABLE = "storage_unavailable"
@@ -374,7 +387,11 @@ def _execute_leased(
             job.storage, job.config, instant, lock, job.policy, settings, time_settings, job.cancel, engine,
             counts,
         )
-        outcome = JobOutcome(Outcome.SUCCESS, spec.run(ctx))
+        executed = spec.run(ctx)
+        if isinstance(executed, AlreadyCompleted):  # completed by another executor after the check above
+            outcome = JobOutcome(Outcome.ALREADY_DONE, executed.summary)
+        else:
+            outcome = JobOutcome(Outcome.SUCCESS, executed)
     except Exception as exc:
         outcome = classify(exc, job.cancel)
         if outcome.outcome is Outcome.FAILED:

@@ -45,8 +45,10 @@ and the tables watched shows whether polling stays cheap. Without Redis, the clo
 (``service.daemon.clock``) adds one ``put`` and one ``list`` per poll cycle for the whole daemon.
 
 Job outcomes: ``success``, ``failed`` (retried later), ``skipped`` (another executor's heartbeat
-is alive), ``claimed`` (another replica holds the instant's lease), ``already_done``
-(completed by another executor since the poll), ``unsupported`` (left
+is alive), ``claimed`` (another replica holds the instant's lease, or took the instant over from
+this attempt while it was paused: superseded, whatever its error; not a failure), ``already_done``
+(completed by another executor since the poll, found before the executor ran or by the executor
+under the table lock: nothing done, not a success), ``unsupported`` (left
 untouched), ``corrupt`` (table quarantined), ``handed_back`` (daemon stopping),
 ``lock_unavailable`` (the table lock or the lease could not be had or kept; retried, never a
 quarantine), ``storage_unavailable`` (the storage failed: throttled, unreachable, denied, full or

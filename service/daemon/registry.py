@@ -8,11 +8,13 @@ test or a benchmark builds its own with ``register_executor`` / ``register_plann
 ``JobContext`` / ``PlanContext`` to their functions live here; the triggers themselves live
 beside their planners (``planners.clean.clean_due``, ...) and take the planner's settings.
 
-Executor contract: ``run(ctx) -> str`` runs the pending instant ``ctx.instant`` to
-completion in a worker thread and returns a one-line summary. It takes ``ctx.lock`` (the
-table lock, not yet acquired) itself around each timeline write, starts the instant's Hudi
-heartbeat before its first change and refuses (``HeartbeatAliveError``) an instant whose
-heartbeat is alive. It checks ``ctx.cancel`` at safe
+Executor contract: ``run(ctx) -> str | AlreadyCompleted`` runs the pending instant
+``ctx.instant`` to completion in a worker thread and returns a one-line summary, or
+``AlreadyCompleted`` (with its line) when it found the instant completed under the table lock
+(another executor finished it since the daemon looked: nothing was done, the job is not a
+success). It takes ``ctx.lock`` (the table lock, not yet acquired) itself around each
+timeline write, starts the instant's Hudi heartbeat before its first change and refuses
+(``HeartbeatAliveError``) an instant whose heartbeat is alive. It checks ``ctx.cancel`` at safe
 points and, when it is set, stops and leaves the instant recoverable (the daemon is
 stopping). Errors: ``HoodieFormatError`` when the plan is unusable (nothing changed: the
 table is quarantined), ``UnsupportedTableError`` when the executor cannot do this instant
@@ -53,7 +55,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from hoodied.executors.archival import ArchivalResult, MdtArchival, execute_archival
-from hoodied.executors.clean import execute_clean
+from hoodied.executors.clean import CleanResult, execute_clean
 from hoodied.hoodie.actions.services import TableService
 from hoodied.hoodie.errors import EngineUnavailableError
 from hoodied.hoodie.locks import TableLock
@@ -85,6 +87,7 @@ from hoodied.service.failed_writes import rollback_failed_writes
 from hoodied.service.spark_jobs import (
     ENGINE_MODULE,
     SPARK_SERVICES,
+    ServiceResult,
     SparkEngine,
     check_spark_instant,
     run_spark_service,
@@ -94,7 +97,9 @@ log = logging.getLogger(__name__)
 
 __all__ = [
     "FAILED_WRITES_ROLLED_BACK",
+    "AlreadyCompleted",
     "ArchivalReport",
+    "Executed",
     "ExecutorSpec",
     "JobContext",
     "PlanContext",
@@ -189,10 +194,26 @@ class PlanOutcome:
 
 
 @dataclass(frozen=True, slots=True)
+class AlreadyCompleted:
+    """An executor's answer when its instant was already completed (``was_completed`` of the
+    executors' results): it did nothing, and the job ends ``already_done``, not ``success``."""
+
+    summary: str
+
+
+#: What an executor returns: its summary line, or ``AlreadyCompleted``.
+Executed = str | AlreadyCompleted
+
+
+def _executed(result: CleanResult | ServiceResult) -> Executed:
+    return AlreadyCompleted(result.summary()) if result.was_completed else result.summary()
+
+
+@dataclass(frozen=True, slots=True)
 class ExecutorSpec:
     action: Action
     service: TableService
-    run: Callable[[JobContext], str]
+    run: Callable[[JobContext], Executed]
     resumes_inflight: bool = False
     """Re-running an inflight attempt whose heartbeat expired is safe (no rollback first)."""
 
@@ -226,7 +247,7 @@ class Registry:
 
 def register_executor(
     action: Action,
-    run: Callable[[JobContext], str],
+    run: Callable[[JobContext], Executed],
     *,
     registry: Registry,
     resumes_inflight: bool = False,
@@ -299,7 +320,7 @@ def _failed_writes_options(ctx: JobContext | PlanContext) -> dict[str, str]:
     return ctx.policy.services.clean.failed_writes_options(hb.interval_ms, hb.tolerable_misses)
 
 
-def _run_clean(ctx: JobContext) -> str:
+def _run_clean(ctx: JobContext) -> Executed:
     hb = ctx.settings.heartbeat
     # as Hudi's clean: failed data writes first (tables whose writers use LAZY only)
     rolled = rollback_failed_writes(ctx.storage, ctx.lock, _failed_writes_options(ctx),
@@ -319,7 +340,7 @@ def _run_clean(ctx: JobContext) -> str:
         if session is not None:
             ctx.engine.lost(session, exc)
         raise
-    return result.summary()
+    return _executed(result)
 
 
 def clean_mdt_runner(engine: SparkEngine) -> tuple[Any, OperationRunner]:
@@ -358,10 +379,10 @@ def _plan_clean(ctx: PlanContext) -> PlanOutcome:
 # ---------------------------------------------------------------------------- Spark services
 
 
-def _spark_executor(service: TableService) -> Callable[[JobContext], str]:
+def _spark_executor(service: TableService) -> Callable[[JobContext], Executed]:
     """The daemon's executor of a Spark service: ``service.spark_jobs.run_spark_service``."""
 
-    def run(ctx: JobContext) -> str:
+    def run(ctx: JobContext) -> Executed:
         hb = ctx.settings.heartbeat
         spark = ctx.settings.spark
         # the inputs are checked before Spark starts (a corrupt plan quarantines the table without
@@ -374,7 +395,7 @@ def _spark_executor(service: TableService) -> Callable[[JobContext], str]:
                 service=service, time_settings=ctx.time_settings, heartbeat_interval_ms=hb.interval_ms,
                 tolerable_misses=hb.tolerable_misses,
             )
-        return result.summary()
+        return _executed(result)
 
     return run
 

@@ -20,6 +20,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, cast
@@ -50,7 +51,12 @@ from hoodied.hoodie.properties import TableType, load_table_config
 from hoodied.hoodie.storage import LocalStorage
 from hoodied.hoodie.table import HoodieTable
 from hoodied.hoodie.timeline import commit_metadata as cm
-from hoodied.hoodie.timeline.active import Timeline, decode_metadata, instant_time_to_datetime
+from hoodied.hoodie.timeline.active import (
+    Timeline,
+    datetime_to_instant_time,
+    decode_metadata,
+    instant_time_to_datetime,
+)
 from hoodied.hoodie.timeline.instant import Action, Instant, State
 from hoodied.hoodie.timeline.plans import ClusteringPlan, SliceInfo
 from hoodied.hoodie.timeline.truetime import TimeSettings
@@ -496,6 +502,71 @@ def test_a_copied_version_6_timeline(tmp_path: Path, spark: Session, update: boo
         return
     result = _run(root, t, spark)
     assert result.instant.is_completed and hudi_rs_rows(root) == before
+
+
+_COW, _MOR = TableType.COPY_ON_WRITE, TableType.MERGE_ON_READ
+
+
+@pytest.mark.parametrize(("version", "table_type"), [(6, _COW), (6, _MOR), (8, _COW), (9, _MOR)],
+                         ids=["v6-cow", "v6-mor", "v8-cow", "v9-mor"])
+def test_a_write_started_after_planning_conflicts_whatever_its_file_time(
+    tmp_path: Path, spark: Session, version: int, table_type: TableType
+) -> None:
+    """A write requested after the clustering was planned completed after it, whatever time its
+    completed file carries: layout 1 keeps no completion time but the file's modification time,
+    which a writer whose clock is behind (or a storage that keeps whole seconds) sets to the
+    planning time or before. The timeline's order still says the write came after the plan."""
+    root = tmp_path / "table"
+    spec = TableSpec("trips", SCHEMA, "id", "city", "ts", table_type, version)
+    writer = create_table(_storage(root), spec, max_file_rows=40)
+    writer.insert(pa.Table.from_pylist([{"id": f"k{i:03d}", "ts": 1, "city": CITIES[i % 3], "v": 1.0}
+                                        for i in range(200)], schema=SCHEMA))
+    t, plan = _schedule(root, ClusteringSettings())
+    partition, file_id = sorted(plan.file_groups)[0]
+    write = writer.upsert(pa.Table.from_pylist([_live_row(root, partition, file_id)], schema=SCHEMA))
+    assert write.instant_time > t
+    planned_at = instant_time_to_datetime(t, load_table_config(_storage(root)).tzinfo).timestamp()
+    for f in _timeline_dir(root).glob(f"{write.instant_time}*"):
+        os.utime(f, (planned_at, planned_at))  # its file says: completed when the plan was made
+    after = hudi_rs_rows(root)
+    found = conflicting_writes(_timeline(root), _instant(root, t), plan)
+    assert [(i.requested_time, g) for i, g in found] == [(write.instant_time, [(partition, file_id)])]
+    with pytest.raises(WriteConflictError, match=f"changed file group {file_id}"):
+        _run(root, t, spark)
+    assert _instant(root, t).state is State.REQUESTED
+    assert not _outputs(root, t) and hudi_rs_rows(root) == after
+
+
+@pytest.mark.parametrize("fid", ["cow/v6_simplekeygen_nonhivestyle", "cow/v6_nonpartitioned"])
+def test_hudis_version_6_tables_refuse_a_clustering_over_a_later_commit(
+    tmp_path: Path, spark: Session, fid: str
+) -> None:
+    """Hudi's own v6 copy-on-write tables: after the plan, a commit writes a new version of a planned
+    file group (as Hudi's upsert does: a base file at its instant, a ``.commit`` naming it) and its
+    completed file carries the planning time. The clustering must not replace that file group."""
+    root = unzip_table(require_fixture(fid), tmp_path / "t")
+    t, plan = _schedule(root, ClusteringSettings())
+    s = plan.input_groups[0].slices[0]
+    tz = load_table_config(_storage(root)).tzinfo
+    time.sleep(0.002)
+    w = datetime_to_instant_time(datetime.now(tz), tz)
+    assert w > t
+    assert s.base_file_name is not None
+    name = BaseFileName.parse(s.base_file_name)
+    assert name is not None
+    path = "/".join(p for p in (s.partition_path, f"{s.file_id}_0-1-0_{w}.{name.extension}") if p)
+    shutil.copyfile(_base_path(root, s), root / path)
+    stat = {"fileId": s.file_id, "path": path, "prevCommit": name.instant_time, "numWrites": 1,
+            "numUpdateWrites": 1, "partitionPath": s.partition_path}
+    commit = {"partitionToWriteStats": {s.partition_path: [stat]}, "compacted": False,
+              "extraMetadata": {}, "operationType": "UPSERT"}
+    for state, text in ((".commit.requested", ""), (".inflight", ""), (".commit", json.dumps(commit))):
+        (root / ".hoodie" / f"{w}{state}").write_text(text)
+    planned_at = instant_time_to_datetime(t, tz).timestamp()
+    os.utime(root / ".hoodie" / f"{w}.commit", (planned_at, planned_at))
+    with pytest.raises(WriteConflictError, match=f"commit {w} completed, after the clustering was planned"):
+        run_spark_service(_storage(root), InProcessLock(str(root)), t, spark, time_settings=FAST)
+    assert _instant(root, t).state is State.REQUESTED and not _outputs(root, t)
 
 
 def test_a_conflicting_write_during_the_job_leaves_a_recoverable_attempt(

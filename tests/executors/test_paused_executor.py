@@ -24,9 +24,11 @@ import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from hoodied.executors.clean import execute_clean
 from hoodied.executors.engine import Session
 from hoodied.hoodie.fence import attempt_path
 from hoodied.hoodie.filenames import BaseFileName, LogFileName
@@ -36,6 +38,7 @@ from hoodied.hoodie.storage import LocalStorage
 from hoodied.hoodie.table import HoodieTable
 from hoodied.hoodie.timeline.active import Timeline
 from hoodied.hoodie.timeline.instant import Action
+from hoodied.planners.clean import CleanPolicy, CleanSettings, schedule_clean
 from hoodied.planners.clustering import ClusteringSettings
 from hoodied.planners.log_compaction import LogCompactionSettings, schedule_log_compaction
 from hoodied.service.cli.report import committed_listing_drift
@@ -162,19 +165,20 @@ def test_twenty_random_pause_points(tmp_path: Path, spark: Session) -> None:  # 
             raise AssertionError(f"seed {seed}, round {n}: {table} paused at {point}: {exc}") from exc
 
 
-def _pause_take_over_resume(tmp_path: Path, spark: Session, table: str, point: str) -> None:  # noqa: F811
-    """A paused at ``point``, B takes over and completes, A resumes: A writes nothing more."""
-    tmp_path.mkdir(parents=True, exist_ok=True)
-    root, t = TABLES[table](tmp_path / "t")
-    mdt = table.endswith("-mdt")
-    before = hudi_rs_rows(root)
+def _take_over(root: Path, t: str, spark: Session, point: str, tmp_path: Path,  # noqa: F811
+               meanwhile: Callable[[LocalStorage, LocalFileLock], None] | None = None) -> None:
+    """A stopped at ``point``; B takes over and completes ``t``; ``meanwhile`` runs; A resumes and
+    must fail with one line, exit 1, "taken over"."""
     a, go = _start_stopped(root, point, tmp_path)
     try:
         time.sleep(HEARTBEAT_MS * 5 / 1000)  # A's heartbeat expires while it is stopped
         storage = LocalStorage(str(root))
-        result = run_spark_service(storage, LocalFileLock(storage), t, spark, time_settings=FAST,
+        lock = LocalFileLock(storage)
+        result = run_spark_service(storage, lock, t, spark, time_settings=FAST,
                                    heartbeat_interval_ms=HEARTBEAT_MS)
         assert result.instant.is_completed
+        if meanwhile is not None:
+            meanwhile(storage, lock)
         go.write_text("")
         os.killpg(a.pid, signal.SIGCONT)
         _, err = a.communicate(timeout=180)
@@ -184,6 +188,15 @@ def _pause_take_over_resume(tmp_path: Path, spark: Session, table: str, point: s
             kill_group(a)
     lines = [line for line in err.decode().splitlines() if line.startswith("hoodied:")]
     assert a.returncode == 1 and len(lines) == 1 and "taken over" in lines[0], err.decode()[-3000:]
+
+
+def _pause_take_over_resume(tmp_path: Path, spark: Session, table: str, point: str) -> None:  # noqa: F811
+    """A paused at ``point``, B takes over and completes, A resumes: A writes nothing more."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    root, t = TABLES[table](tmp_path / "t")
+    mdt = table.endswith("-mdt")
+    before = hudi_rs_rows(root)
+    _take_over(root, t, spark, point, tmp_path)
 
     storage = LocalStorage(str(root))
     timeline = Timeline.load(storage, load_table_config(storage))
@@ -206,3 +219,27 @@ def _pause_take_over_resume(tmp_path: Path, spark: Session, table: str, point: s
     assert not (root / ".hoodie" / ".heartbeat" / t).exists()
     assert not (root / attempt_path(t)).exists()
     assert not [p for p in (root / ".hoodie" / ".temp").rglob("*") if p.is_file()]  # no marker left
+
+
+def test_a_resumed_executor_whose_inputs_were_cleaned_ends_taken_over(tmp_path: Path,
+                                                                     spark: Session) -> None:  # noqa: F811
+    """A paused after its inflight transition (before its tasks read anything); B takes over and
+    completes the compaction; a clean then deletes the file slices the compaction replaced, A's
+    inputs. A resumes and its tasks find their files gone: that is not A's failure (the instant is
+    B's), so A ends as taken over, exit 1, like every superseded attempt, not with the read error
+    (exit 6, "file not found", before)."""
+    root, t = _compaction(tmp_path / "t")
+    rows: list[Any] = []
+
+    def clean_the_inputs(storage: LocalStorage, lock: LocalFileLock) -> None:
+        rows.append(hudi_rs_rows(root))
+        one_version = CleanSettings(CleanPolicy.KEEP_LATEST_FILE_VERSIONS, file_versions_retained=1)
+        clean, _ = schedule_clean(storage, lock, one_version, time_settings=FAST)
+        assert clean is not None
+        cleaned = execute_clean(storage, load_table_config(storage), lock, clean.requested_time,
+                                time_settings=FAST)
+        assert cleaned.deleted  # the compaction's inputs
+
+    _take_over(root, t, spark, "inflight", tmp_path, clean_the_inputs)
+    assert hudi_rs_rows(root) == rows[0]
+    assert not (root / attempt_path(t)).exists()

@@ -62,4 +62,6 @@ def run_daemon_clean(root: Path, engine: SparkEngine) -> str:
                      threading.Event(), engine)
     spec = build_registry().executor_for(Action.CLEAN)
     assert spec is not None
-    return spec.run(ctx)
+    summary = spec.run(ctx)
+    assert isinstance(summary, str), summary  # executed, not found completed already
+    return summary

@@ -158,6 +158,28 @@ def test_a_superseded_attempt_neither_beats_nor_deletes_the_new_heartbeat(tmp_pa
     assert current_attempt(storage, t) == new.identity
 
 
+def test_an_attempt_that_fails_after_a_takeover_ends_superseded(tmp_path: Path) -> None:
+    """Whatever an attempt's error, once the instant is another's the attempt ends with
+    ``AttemptSupersededError`` (from that error); while it is still its own the error is kept."""
+    storage, writer, t = _pending_compaction(tmp_path / "t")
+    gone = FileNotFoundError("an input cleaned after the takeover")
+    with writer.lock:
+        own = start_attempt(storage, writer, t, Action.COMPACTION, 60_000)
+    with pytest.raises(FileNotFoundError), own:  # its own failure
+        raise gone
+    assert current_attempt(storage, t) is None and not storage.exists(heartbeat_path(t))
+    with writer.lock:
+        stale = start_attempt(storage, writer, t, Action.COMPACTION, 60_000)
+    new = AttemptFence.claim(storage, t, "rollback")  # the takeover
+    with pytest.raises(AttemptSupersededError, match="was taken over") as raised, stale:
+        raise gone
+    assert raised.value.__cause__ is gone
+    assert current_attempt(storage, t) == new.identity  # the new claim is kept
+    new.release()
+    with pytest.raises(AttemptSupersededError, match="no attempt"), stale:  # released since: not its own
+        raise gone
+
+
 def test_a_failed_inflight_transition_ends_the_attempt(tmp_path: Path) -> None:
     storage, writer, t = _pending_compaction(tmp_path / "t")
     (tmp_path / "t" / ".hoodie" / "timeline" / f"{t}.compaction.requested").unlink()  # gone under it

@@ -39,6 +39,7 @@ from hoodied.service.cli.main import cli
 from hoodied.service.config import ConfigError, DaemonConfig, load_config
 from hoodied.service.daemon.loop import POLL_BATCH, Daemon
 from hoodied.service.daemon.registry import (
+    Executed,
     JobContext,
     Registry,
     build_registry,
@@ -332,7 +333,7 @@ def test_failures_are_retried_with_backoff_then_the_table_is_quarantined(tmp_pat
     assert real is not None
     calls: list[float] = []
 
-    def sometimes(ctx: JobContext) -> str:
+    def sometimes(ctx: JobContext) -> Executed:
         if ctx.storage.base_uri.rstrip("/") == str(flaky):
             calls.append(time.monotonic())
             # not the storage (its outages are waited out, never quarantined: test_daemon_storage_outage)
@@ -452,7 +453,7 @@ def test_the_first_cycle_starts_work_before_the_last_table_is_polled(tmp_path: P
     clean = build_registry().executor_for(Action.CLEAN)
     assert clean is not None
 
-    def run_clean(ctx: JobContext) -> str:
+    def run_clean(ctx: JobContext) -> Executed:
         assert daemon is not None
         seen.append(daemon.last_cycle_end)  # None: the first cycle is still going
         started.set()
