@@ -70,7 +70,9 @@ pause of the process, say). While the offset is past ``clock_skew_ms`` allowing 
 measurement's uncertainty, or the clock could not be checked, no job is dispatched and ``/readyz``
 answers 503 naming the offset. A skew found while jobs run hands them back at their next safe
 point (their commit or rollback would carry the skewed time; the instant stays recoverable by
-another replica, as on SIGTERM); a failed check only holds new work back (Redis or the store
+another replica, as on SIGTERM), and every job measures the clock again right before each instant
+time it takes and each completion it writes (``ClockWatch.guard``), so a jump between two polls
+writes nothing either; a failed check only holds new work back (Redis or the store
 being down stops running jobs by itself, through their leases and writes). Polling goes on, and
 work resumes by itself once the clock is back in bounds. So a replica's instants, completion
 times and heartbeat-expiry judgements (which only jobs make) all come from a checked clock.
@@ -620,7 +622,8 @@ class Daemon:
         # the service's action names the job in logs and metrics (a v6 clustering replacecommit: clustering;
         # archival, which has no action: archival)
         action = c.service.label
-        job = Job(ts.uri, ts.storage, ts.poll.config, c.service, action, ts.policy, instant, ts.poll.timeline)
+        job = Job(ts.uri, ts.storage, ts.poll.config, c.service, action, ts.policy, instant, ts.poll.timeline,
+                  clock_guard=self.clock.guard)
         self.running[ts.uri] = job
         self._jobs_tg.start_soon(self._run_job, ts, job, c.kind)
 
