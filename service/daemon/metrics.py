@@ -56,7 +56,9 @@ reached or was lost mid-job; retried, never a quarantine). Plan outcomes: ``plan
 its first poll, a table that is not paused has its job counters of ``success``, ``failed`` and
 ``corrupt`` and its plan counters of ``planned`` and ``failed`` at 0 for each service its policy
 runs (``Metrics.track_table``), so ``increase()`` sees its first outcome; the other outcomes appear
-when they first happen.
+when they first happen. A job whose process died right after its instant's completed file never
+counts its ``success``: the replica whose poll then removes the instant's leftovers counts it
+(``service.daemon.poll``).
 
 ``hoodied_table_quarantined`` and ``hoodied_table_paused`` are 0 or 1 for every watched table, so a
 table that turns 1 shows as a change. A quarantine or a pause is shared by every replica
