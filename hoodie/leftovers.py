@@ -76,7 +76,7 @@ def find_leftovers(
     (called once, only when some instant has any of the three); ``expiry_ms``: Hudi's heartbeat
     interval times its tolerable misses."""
     markers = _instant_names(storage, MARKER_FOLDER, dirs=True)
-    beats = heartbeat_times(storage)
+    beats = {t: ms for t, ms in heartbeat_times(storage).items() if t.isdigit()}  # not a killed beat's temp
     attempts = _instant_names(storage, ATTEMPTS_FOLDER, dirs=False)
     candidates = markers | set(beats) | attempts
     if not candidates:
