@@ -47,7 +47,8 @@ and the tables watched shows whether polling stays cheap. Without Redis, the clo
 Job outcomes: ``success``, ``failed`` (retried later), ``skipped`` (another executor's heartbeat
 is alive), ``claimed`` (another replica holds the instant's lease), ``already_done``
 (completed by another executor since the poll), ``unsupported`` (left
-untouched), ``corrupt`` (table quarantined), ``handed_back`` (daemon stopping),
+untouched), ``corrupt`` (table quarantined), ``handed_back`` (daemon stopping, or its clock out of
+bounds right before a time was taken: nothing written),
 ``lock_unavailable`` (the table lock or the lease could not be had or kept; retried, never a
 quarantine), ``storage_unavailable`` (the storage failed: throttled, unreachable, denied, full or
 read-only; retried, never a quarantine), ``engine_unavailable`` (the Spark engine could not be
