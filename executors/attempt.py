@@ -13,8 +13,9 @@ markers but no write stat (failed or duplicate task attempts) are deleted, the M
 T is written and completed (``hoodie.metadata.commit.write_commit_to_metadata_table``), then T;
 the markers go afterwards, and ``Attempt.end`` stops the heartbeat and releases the claim.
 
-The crash points ``requested``, ``inflight`` and ``written`` (``hoodie.crashpoints``) mark the
-steps for the kill -9 tests; ``mdt-log-written`` and ``mdt-done`` are those of the MDT delta
+The crash points ``requested``, ``inflight``, ``written`` and ``completed`` (right after the
+completed file, before the markers, heartbeat and identity go: ``hoodie.leftovers``) mark the steps
+for the kill -9 tests; ``mdt-log-written`` and ``mdt-done`` are those of the MDT delta
 commit. The environment that names the point reaches the Spark tasks too (in local mode they
 are processes started by the driver's JVM, which inherits the driver's environment): each
 executor's task calls ``crash_point(f"task:{k}")`` for its operation ``k``.
@@ -33,9 +34,10 @@ from hoodied.executors.engine import OperationTask, Progress, run_operations
 from hoodied.hoodie.actions.write_schema import require_meta_fields
 from hoodied.hoodie.crashpoints import crash_point
 from hoodied.hoodie.errors import HoodieFormatError, InstantStateError
-from hoodied.hoodie.fence import Attempt, attempt_path, start_attempt
+from hoodied.hoodie.fence import Attempt, start_attempt
 from hoodied.hoodie.heartbeat import require_startable
 from hoodied.hoodie.human import format_size
+from hoodied.hoodie.leftovers import Leftovers, remove_leftovers
 from hoodied.hoodie.locks import TableLock
 from hoodied.hoodie.markers import WriteMarkers
 from hoodied.hoodie.metadata.commit import require_commit_maintainable, write_commit_to_metadata_table
@@ -112,9 +114,9 @@ def pending_instant(
 ) -> Instant:
     """Instant ``instant_time`` (a ``name`` instant by ``is_kind``), read under the lock.
 
-    A completed instant's markers and attempt identity, left by a crash right after completing,
-    are deleted. A
-    pending instant must be startable (no live or failed attempt).
+    A completed instant's markers, heartbeat and attempt identity, left by a crash right after
+    completing, are deleted (``hoodie.leftovers``). A pending instant must be startable (no live or
+    failed attempt).
     """
     inst = timeline.get(instant_time)
     if inst is None or not is_kind(inst):
@@ -122,8 +124,7 @@ def pending_instant(
             f"{storage.base_uri}: no {name} instant {instant_time} on the active timeline"
         )
     if inst.is_completed:  # leftovers of a crash right after completing
-        WriteMarkers(storage, instant_time).delete_all()
-        storage.delete(attempt_path(instant_time))
+        remove_leftovers(storage, Leftovers(instant_time, markers=True, heartbeat=True, attempt=True))
         return inst
     require_startable(storage, inst, name, heartbeat_interval_ms, tolerable_misses)
     return inst
@@ -207,6 +208,7 @@ def commit_attempt(
         lock.ensure_held()
         attempt.fence.check()
         result.instant = writer.complete(instant_time, action, encode(metadata, config.version))
+        crash_point("completed")
     WriteMarkers(storage, instant_time).delete_all()
 
 

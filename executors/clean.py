@@ -28,7 +28,9 @@ Steps (``execute_clean``), each safe to repeat after a crash at any point:
    a real failure stops the clean before this point) and ``isPartitionDeleted``; ``earliestCommitToRetain``,
    ``lastCompletedCommitTimestamp`` and ``extraMetadata`` (savepointed times, which the next
    incremental clean needs) come from the plan. Layout 2 names it ``<T>_<completion>.clean``
-   with a TrueTime completion time; layout 1 ``<T>.clean``. Then the heartbeat goes.
+   with a TrueTime completion time; layout 1 ``<T>.clean``. Then the heartbeat goes (a kill
+   right after the completed file, crash point ``completed``, leaves it and the attempt's identity
+   to the daemon's poll: ``hoodie.leftovers``).
 
 Leftover temp files: under the lock of step 3, after the clean's own deletes and before its
 completion, ``hoodie.temp_files.remove_leftover_temps`` removes the temp files of hoodied writes killed
@@ -467,6 +469,7 @@ def execute_clean(
             lock.ensure_held()
             attempt.fence.check()
             result.instant = writer.complete(clean_time, Action.CLEAN, metadata)
+            crash_point("completed")
     log.info("%s", result.summary())
     return result
 

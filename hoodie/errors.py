@@ -14,6 +14,7 @@ import errno
 __all__ = [
     "OUTAGE_ERRNOS",
     "AttemptSupersededError",
+    "ClockOutOfBoundsError",
     "ClockSkewError",
     "CorruptPlanError",
     "EngineUnavailableError",
@@ -160,6 +161,16 @@ class ClockSkewError(HoodieServiceError):
     """
 
     retryable = True
+
+
+class ClockOutOfBoundsError(ClockSkewError):
+    """This host's clock is past the skew bound against the shared reference (or could not be
+    checked) right before an instant time was to be taken or a completion written; nothing was
+    written with it.
+
+    Next step: none for the instant (it stays as it was, and is retried once the clock is back in
+    bounds); fix the host clock (NTP).
+    """
 
 
 class InstantStateError(HoodieServiceError):

@@ -14,6 +14,13 @@ behind, it waits for it to pass (bounded by ``max_catch_up_ms``, then ``ClockSke
 rather than inventing a time ahead of the clock, which would break the ordering for Java
 writers that only trust their clocks. Completion times come from the same generator with
 the instant's requested time as an extra floor.
+
+A process that can tell whether its clock is still trustworthy (the daemon measures its offset
+against a shared reference) hands that check over as ``TimeSettings.clock_guard``: it is called
+right before every time is read here (``TrueTime.check_clock``), and by ``TimelineWriter`` right
+before a layout-1 completion, so a clock that jumped after the job started puts nothing on the
+timeline. Hudi's writers trust their clock; a guard that refuses raises, and the caller's
+instant stays as it was.
 """
 
 from __future__ import annotations
@@ -22,7 +29,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import tzinfo
 
 from hoodied.hoodie.errors import ClockSkewError
@@ -52,6 +59,9 @@ class TimeSettings:
     Must match ``hoodie.time.generator.max_expected_clock_skew_ms`` of the Java writers."""
     max_catch_up_ms: int = 5_000
     """How long to wait for this host's clock to pass the newest time on the timeline."""
+    clock_guard: Callable[[], None] | None = field(default=None, compare=False)
+    """Called right before every time is taken and every layout-1 completion is written; raises
+    (``ClockOutOfBoundsError``) when this host's clock may not be used now. ``None``: always trusted."""
 
     def __post_init__(self) -> None:
         if self.max_expected_clock_skew_ms < 0 or self.max_catch_up_ms < 0:
@@ -115,6 +125,11 @@ class TrueTime:
         """``epoch_s`` as a 17-digit instant time in this generator's zone."""
         return epoch_to_instant_time(epoch_s, self.tz)
 
+    def check_clock(self) -> None:
+        """Run the settings' ``clock_guard`` (raises when this host's clock may not be used now)."""
+        if self.settings.clock_guard is not None:
+            self.settings.clock_guard()
+
     def generate(self, lock: TableLock, floor: str | None = None) -> str:
         """A new time, strictly greater than ``floor`` and every time issued here for the table.
 
@@ -122,6 +137,8 @@ class TrueTime:
         completed file is written), exactly as Hudi's ``consumeTime`` does.
         """
         lock.ensure_held()
+        # right before the clock is read: a guard that refuses leaves no time issued
+        self.check_clock()
         skew_s = self.settings.max_expected_clock_skew_ms / 1000
         with _LAST_GUARD:
             last = _LAST_ISSUED.get(lock.key)

@@ -15,6 +15,7 @@ files in ``.hoodie/``; layout 2: ``.hoodie/timeline/`` with completed files name
   deletes, so a holder that lost its lock writes nothing more and learns it at once.
 - New requested times and layout-2 completion times come from ``TrueTime`` while the lock
   is held, and the file that uses the time is written before the caller releases the lock.
+  A layout-1 completion runs ``TrueTime.check_clock`` first, as a new time does.
 
 File contents (requested / inflight / completed), as Apache Hudi writes them:
 
@@ -259,6 +260,9 @@ class TimelineWriter:
         if self.layout >= 2:
             floor = max(filter(None, (timeline_floor(self.storage, self.config), requested_time)))
             completion = self.truetime.generate(self.lock, floor)
+        else:
+            # layout 1 orders completions by the completed file's time: the same clock check first
+            self.truetime.check_clock()
         done = Instant(requested_time, action, State.COMPLETED, completion)
         self._put(done.file_name(self.layout), data)
         return done

@@ -46,12 +46,22 @@ attempt dead and roll it back. The Redis table slots and instant leases (``servi
 ``service.locks``) expire by Redis's own TTL clock, which no replica's clock moves. Left to the
 bound: two healthy replicas may still differ by up to ``clock_skew_ms`` plus the uncertainty,
 which the heartbeat expiry (two intervals, two minutes by default) dwarfs.
+
+A clock may also jump while a job runs, after the verdict that let it start. So every job's
+``TimeSettings.clock_guard`` is ``ClockWatch.guard``: right before the job takes an instant time
+(a plan, a rollback, a layout-2 completion time, the metadata table's) or writes a layout-1
+completion, the clock is measured again against the same reference, and a verdict that does not
+allow work raises ``ClockOutOfBoundsError``: the job writes nothing with that clock, ends
+``handed_back`` and its instant is retried once the clock is back in bounds. It costs one
+measurement per time taken (three Redis round trips; one upload and one listing on an object
+store; nothing without a reference).
 """
 
 from __future__ import annotations
 
 import math
 import re
+import threading
 import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
@@ -60,6 +70,7 @@ from typing import Any, Protocol
 
 import structlog
 
+from hoodied.hoodie.errors import ClockOutOfBoundsError
 from hoodied.hoodie.storage import Storage
 from hoodied.service.locks import RedisLockFactory
 
@@ -267,32 +278,51 @@ class ClockWatch:
                                   at=-math.inf, bound_s=bound_s)
         self.reference: Reference | None = None
         self._state: ClockState | None = None
+        # the poll's check and the jobs' guards measure from different threads: one at a time, so
+        # two uploads of the object-store probe never overlap
+        self._measuring = threading.Lock()
+        self._recording = threading.Lock()
 
     def use(self, reference: Reference | None) -> None:
         """Read ``reference`` from now on (``None``: no shared reference); the old one is closed."""
-        if reference is self.reference:
-            return
-        if self.reference is not None:
-            self.reference.close()
-        self.reference = reference
+        with self._measuring:
+            if reference is self.reference:
+                return
+            if self.reference is not None:
+                self.reference.close()
+            self.reference = reference
 
     def measure(self) -> ClockCheck:
         """One check against the current reference (blocking: run it in a worker thread)."""
-        ref = self.reference
-        if ref is None:
-            return ClockCheck(ClockState.UNKNOWN, NO_REFERENCE, at=time.monotonic(), bound_s=self.bound_s)
-        try:
-            reading: ClockReading | None = ref.read()
-            error = None
-        except Exception as exc:  # noqa: BLE001 - any failure leaves the clock unchecked
-            reading, error = None, (str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
-        return ClockCheck(judge(reading, self.bound_s), ref.source, reading, error, time.monotonic(),
-                          self.bound_s)
+        with self._measuring:
+            ref = self.reference
+            if ref is None:
+                return ClockCheck(ClockState.UNKNOWN, NO_REFERENCE, at=time.monotonic(), bound_s=self.bound_s)
+            try:
+                reading: ClockReading | None = ref.read()
+                error = None
+            except Exception as exc:  # noqa: BLE001 - any failure leaves the clock unchecked
+                reading, error = None, (str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+            return ClockCheck(judge(reading, self.bound_s), ref.source, reading, error, time.monotonic(),
+                              self.bound_s)
+
+    def guard(self) -> None:
+        """Measure now and raise ``ClockOutOfBoundsError`` unless the verdict allows work (a job's
+        ``TimeSettings.clock_guard``, called in its worker thread right before it takes an instant
+        time or writes a completion); the verdict is kept, so no new job starts on a bad one."""
+        check = self.measure()
+        self.record(check)
+        if not check.allows_work:
+            raise ClockOutOfBoundsError(
+                f"{check.describe()}; nothing written with this clock, the instant is retried once it is "
+                "back in bounds"
+            )
 
     def record(self, check: ClockCheck) -> bool:
         """Keep ``check`` as the verdict; whether the state changed (one log line when it did)."""
-        before, self.current = self._state, check
-        self._state = check.state
+        with self._recording:
+            before, self.current = self._state, check
+            self._state = check.state
         if check.state is before:
             return False
         r = check.reading

@@ -36,7 +36,9 @@ How errors are read (``classify``):
   is rolled back before its retry);
 - any other error (a file gone under the job, clock skew, a bug): ``failed`` and retryable, with
   backoff, until the attempts run out;
-- anything raised after the daemon asked the job to stop: ``handed_back``.
+- anything raised after the daemon asked the job to stop, and ``ClockOutOfBoundsError`` (the clock,
+  measured again right before an instant time or a completion, is out of bounds: nothing was written
+  with it): ``handed_back``.
 
 Every outcome is logged once by the loop (``job ended``, its message the error's first line); the
 traceback of a ``failed`` job is a DEBUG record of its own, so at the default level a failed job is
@@ -64,6 +66,7 @@ from hoodied.hoodie.actions.services import TableService
 from hoodied.hoodie.errors import (
     OUTAGE_ERRNOS,
     AttemptSupersededError,
+    ClockOutOfBoundsError,
     EngineUnavailableError,
     HeartbeatAliveError,
     HoodieFormatError,
@@ -201,6 +204,12 @@ class Job:
     slot: TableLockBase | None = None
     cancel: threading.Event = field(default_factory=threading.Event)
     abandoned: bool = False
+    clock_guard: Callable[[], None] | None = None
+    """The replica's clock check, run right before every instant time and completion of the job
+    (``service.daemon.clock.ClockWatch.guard``)."""
+
+    def time_settings(self, settings: DaemonConfig) -> TimeSettings:
+        return TimeSettings(max_expected_clock_skew_ms=settings.clock_skew_ms, clock_guard=self.clock_guard)
 
     @property
     def key(self) -> str:
@@ -290,7 +299,7 @@ def _one_line(exc: BaseException) -> str:
 
 def classify(exc: BaseException, cancel: threading.Event) -> JobOutcome:
     """An error of a job -> its outcome (see the module docstring)."""
-    if cancel.is_set():
+    if cancel.is_set() or isinstance(exc, ClockOutOfBoundsError):
         why = "daemon stopping, or its clock out of bounds"
         return JobOutcome(Outcome.HANDED_BACK, f"handed back ({why}): {_one_line(exc)}")
     if isinstance(exc, InstantNotReadyError | HeartbeatAliveError):
@@ -373,7 +382,7 @@ def _execute_leased(
     if refused is not None:
         return refused
     job.lease = lease
-    time_settings = TimeSettings(max_expected_clock_skew_ms=settings.clock_skew_ms)
+    time_settings = job.time_settings(settings)
     counts: dict[str, int] = {}
     try:
         # the poll may be stale: another replica may have finished the instant and freed its lease
@@ -415,7 +424,7 @@ def plan(
     work itself (archival), or ``nothing_due``."""
     assert job.timeline is not None
     started = time.monotonic()
-    time_settings = TimeSettings(max_expected_clock_skew_ms=settings.clock_skew_ms)
+    time_settings = job.time_settings(settings)
     try:
         inner = table_lock(factory, settings, job.storage, job.policy)
     except Exception as exc:  # a Hudi lock that cannot work on this table, or its name unreadable

@@ -19,7 +19,10 @@ One cycle: re-discover tables when due, read the shared controls (``ControlsSync
 table that is not quarantined (one timeline listing each, ``service.daemon.poll``), retry the
 quarantined tables whose retry is due, then dispatch. A job that ends wakes the loop,
 which re-polls that table at once and dispatches again, so follow-on work (the clean a plan
-just requested) starts without waiting for the next cycle.
+just requested) starts without waiting for the next cycle. The poll of a table that is not paused
+also removes what a writer killed right after completing an instant left (its markers, heartbeat
+and attempt identity: ``hoodie.leftovers``); when that writer was a hoodied job, its ``success``,
+which it could not report, is counted then.
 
 Dispatch rules:
 
@@ -70,7 +73,9 @@ pause of the process, say). While the offset is past ``clock_skew_ms`` allowing 
 measurement's uncertainty, or the clock could not be checked, no job is dispatched and ``/readyz``
 answers 503 naming the offset. A skew found while jobs run hands them back at their next safe
 point (their commit or rollback would carry the skewed time; the instant stays recoverable by
-another replica, as on SIGTERM); a failed check only holds new work back (Redis or the store
+another replica, as on SIGTERM), and every job measures the clock again right before each instant
+time it takes and each completion it writes (``ClockWatch.guard``), so a jump between two polls
+writes nothing either; a failed check only holds new work back (Redis or the store
 being down stops running jobs by itself, through their leases and writes). Polling goes on, and
 work resumes by itself once the clock is back in bounds. So a replica's instants, completion
 times and heartbeat-expiry judgements (which only jobs make) all come from a checked clock.
@@ -434,7 +439,9 @@ class Daemon:
 
     def _open_and_poll(self, ts: TableState, storage: Storage | None) -> tuple[Storage, PollResult]:
         storage = storage or storage_for(ts.uri, self._store_settings(ts.uri))
-        return storage, poll_table(storage, ts.poll, ts.policy, self.registry, self.settings.heartbeat)
+        # a paused table's files are left alone, its completed instants' leftovers too
+        return storage, poll_table(storage, ts.poll, ts.policy, self.registry, self.settings.heartbeat,
+                                   tidy=not (ts.policy.paused or ts.pause))
 
     def _poll_many(self, batch: list[TableState]) -> list[tuple[Storage, PollResult] | Exception]:
         out: list[tuple[Storage, PollResult] | Exception] = []
@@ -457,6 +464,7 @@ class Daemon:
             ts.poll, ts.poll_failures = result, 0
             if ts.uri not in self._counted:
                 self._count_from_zero(ts, result)
+            self._tidied(ts, result)
             live = {i.instant.requested_time for i in result.pending}
             for book in (ts.failures, ts.holds, ts.waiting):
                 for key in [k for k in book if not k.startswith("plan:") and k not in live]:
@@ -469,6 +477,15 @@ class Daemon:
             self._first_dispatch_at = time.monotonic() + FIRST_DISPATCH_S
             await self._check_clock()
             self._dispatch()
+
+    def _tidied(self, ts: TableState, result: PollResult) -> None:
+        """Book the completed instants whose leftovers the poll removed: one whose hoodied attempt
+        died right after completing it never had its success counted, so it is counted now."""
+        for left, service in result.leftovers_removed:
+            log.info("completed instant's leftovers removed", table=ts.uri, instant=left.instant_time,
+                     removed=left.describe(), service=service.label if service is not None else None)
+            if left.attempt and service is not None:
+                self.metrics.jobs.labels(ts.uri, service.label, Outcome.SUCCESS).inc()
 
     def _forget(self, uri: str) -> None:
         """Stop watching a table: its state and its counter series go."""
@@ -621,7 +638,8 @@ class Daemon:
         # the service's action names the job in logs and metrics (a v6 clustering replacecommit: clustering;
         # archival, which has no action: archival)
         action = c.service.label
-        job = Job(ts.uri, ts.storage, ts.poll.config, c.service, action, ts.policy, instant, ts.poll.timeline)
+        job = Job(ts.uri, ts.storage, ts.poll.config, c.service, action, ts.policy, instant, ts.poll.timeline,
+                  clock_guard=self.clock.guard)
         self.running[ts.uri] = job
         self._jobs_tg.start_soon(self._run_job, ts, job, c.kind)
 

@@ -49,7 +49,8 @@ is alive), ``claimed`` (another replica holds the instant's lease, or took the i
 this attempt while it was paused: superseded, whatever its error; not a failure), ``already_done``
 (completed by another executor since the poll, found before the executor ran or by the executor
 under the table lock: nothing done, not a success), ``unsupported`` (left
-untouched), ``corrupt`` (table quarantined), ``handed_back`` (daemon stopping),
+untouched), ``corrupt`` (table quarantined), ``handed_back`` (daemon stopping, or its clock out of
+bounds right before a time was taken: nothing written),
 ``lock_unavailable`` (the table lock or the lease could not be had or kept; retried, never a
 quarantine), ``storage_unavailable`` (the storage failed: throttled, unreachable, denied, full or
 read-only; retried, never a quarantine), ``engine_unavailable`` (the Spark engine could not be
@@ -58,7 +59,9 @@ reached or was lost mid-job; retried, never a quarantine). Plan outcomes: ``plan
 its first poll, a table that is not paused has its job counters of ``success``, ``failed`` and
 ``corrupt`` and its plan counters of ``planned`` and ``failed`` at 0 for each service its policy
 runs (``Metrics.track_table``), so ``increase()`` sees its first outcome; the other outcomes appear
-when they first happen.
+when they first happen. A job whose process died right after its instant's completed file never
+counts its ``success``: the replica whose poll then removes the instant's leftovers counts it
+(``service.daemon.poll``).
 
 ``hoodied_table_quarantined`` and ``hoodied_table_paused`` are 0 or 1 for every watched table, so a
 table that turns 1 shows as a change. A quarantine or a pause is shared by every replica

@@ -76,11 +76,21 @@ read it again themselves under the table lock, so the poll's copy only steers wh
 so a poll that finds a new instant reads nothing but what that instant needs (the plan of a
 pending v6 replacecommit, once). Heartbeats of inflight instants cost one more listing of
 ``.hoodie/.heartbeat``, as on a local file system.
+
+Leftovers of completed instants (``hoodie.leftovers``: the markers, heartbeat and attempt
+identity of a writer killed right after its completed file): the daemon's poll (``tidy``) looks
+for them when it has listed the names afresh (the first poll, a changed timeline, the periodic
+re-listing), at the cost of three listings (``.hoodie/.temp``, ``.hoodie/.heartbeat``,
+``.hoodie/.locks/attempts``) and, only when one of them names an instant, one more of the
+timeline folder to tell completed instants from pending ones. It removes those of completed
+instants whose heartbeat expired, never a pending instant's, and reports them
+(``PollResult.leftovers_removed``); a failure there is logged and leaves them for the next pass.
 """
 
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import random
 import time
@@ -93,11 +103,18 @@ from urllib.parse import unquote, urlparse
 
 from hoodied.hoodie.actions.services import TableService, service_of
 from hoodied.hoodie.heartbeat import HEARTBEAT_FOLDER
+from hoodied.hoodie.leftovers import Leftovers, find_leftovers, remove_leftovers
 from hoodied.hoodie.properties import TableConfig, load_table_config
 from hoodied.hoodie.storage import OBJECT_STORE_SCHEMES, FileInfo, Storage
 from hoodied.hoodie.timeline.active import Timeline, instant_time_to_datetime, parse_timeline_file_name
 from hoodied.hoodie.timeline.compact import CompactTimeline, NameScan, scan_names, timeline_from_names
-from hoodied.hoodie.timeline.instant import Action, Instant, State, epoch_to_instant_time
+from hoodied.hoodie.timeline.instant import (
+    Action,
+    Instant,
+    State,
+    epoch_to_instant_time,
+    parse_instant_file_name,
+)
 from hoodied.service.config import HeartbeatConfig, Policy
 from hoodied.service.daemon.registry import PlannerSpec, Registry
 
@@ -105,6 +122,8 @@ if TYPE_CHECKING:
     from hoodied.hoodie.object_storage import ObjectStorage, ObjectStoreSettings
 
 __all__ = ["PendingItem", "PollResult", "discover_tables", "instant_epoch", "poll_table"]
+
+log = logging.getLogger("hoodied.poll")
 
 #: The timeline folder's mtime is trusted when it is at least this much older than its listing.
 QUIET_NS = 2_000_000_000
@@ -165,6 +184,9 @@ class PollResult:
     services: dict[tuple[str, Action], TableService | None] = field(default_factory=dict)
     """The service of each pending instant seen, by (requested time, action): a pending v6
     replacecommit's plan is read once, not on every change of the timeline."""
+    leftovers_removed: list[tuple[Leftovers, TableService | None]] = field(default_factory=list)
+    """Completed instants whose writer's leftovers this poll removed, with the table service the
+    instant was (``None``: a data write, or a service not told by its names)."""
 
     @property
     def timeline(self) -> Timeline:
@@ -295,8 +317,54 @@ def poll_table(
     heartbeat: HeartbeatConfig,
     *,
     now_ms: int | None = None,
+    tidy: bool = False,
 ) -> PollResult:
-    """Load the table's timeline and find its pending services and due plans (errors propagate)."""
+    """Load the table's timeline and find its pending services and due plans (errors propagate);
+    with ``tidy``, remove completed instants' leftovers after a fresh listing (module docstring)."""
+    result = _poll(storage, cached, policy, registry, heartbeat, now_ms)
+    fresh = cached is None or result.signature != cached.signature or result.relist_at != cached.relist_at
+    if tidy and fresh:
+        try:
+            pending = {t for t, _ in result.services}
+            result.leftovers_removed = _tidy(storage, result.config, pending,
+                                             heartbeat.interval_ms * heartbeat.tolerable_misses, now_ms)
+        except Exception as exc:  # noqa: BLE001 - the leftovers wait for the next pass; the poll stands
+            log.warning("%s: completed instants' leftovers not removed: %s", storage.base_uri, exc)
+    return result
+
+
+def _tidy(
+    storage: Storage, config: TableConfig, pending: set[str], expiry_ms: int, now_ms: int | None
+) -> list[tuple[Leftovers, TableService | None]]:
+    """Remove the leftovers of completed instants; each with the service its names tell.
+    ``pending``: the requested times of the instants the poll found pending."""
+    files: dict[str, list[Instant]] = {}
+
+    def completed(times: set[str]) -> set[str]:
+        if not times - pending:  # the usual case: only running instants' heartbeats, no listing
+            return set()
+        for name in _names(storage, config.timeline_path):
+            t = name.split(".", 1)[0].split("_", 1)[0]
+            inst = parse_instant_file_name(name) if t in times else None
+            if inst is not None:
+                files.setdefault(t, []).append(inst)
+        return {t for t, insts in files.items() if any(i.is_completed for i in insts)}
+
+    removed = []
+    for left in find_leftovers(storage, completed, expiry_ms=expiry_ms, now_ms=now_ms):
+        remove_leftovers(storage, left)
+        actions = {i.action for i in files[left.instant_time] if not i.is_completed}
+        service = next((s for s in map(TableService.of_action, sorted(actions)) if s is not None), None)
+        if service is None and left.attempt and Action.REPLACE_COMMIT in actions:
+            # a v6 clustering: the one replacecommit a hoodied attempt runs
+            service = TableService.CLUSTERING
+        removed.append((left, service))
+    return removed
+
+
+def _poll(storage: Storage, cached: PollResult | None, policy: Policy, registry: Registry,
+          heartbeat: HeartbeatConfig, now_ms: int | None) -> PollResult:
+    """``poll_table`` without the tidying."""
     started = time.monotonic()
     now = int(time.time() * 1000) if now_ms is None else now_ms
     expiry = heartbeat.interval_ms * heartbeat.tolerable_misses

@@ -8,7 +8,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from hoodied.hoodie.errors import ClockSkewError, LockLostError
+from hoodied.hoodie.errors import ClockOutOfBoundsError, ClockSkewError, LockLostError
 from hoodied.hoodie.locks import InProcessLock
 from hoodied.hoodie.properties import load_table_config
 from hoodied.hoodie.storage import LocalStorage
@@ -57,6 +57,24 @@ def test_generate_reads_clock_then_waits_the_skew(tmp_path: Path) -> None:
 def test_generate_needs_the_lock(tmp_path: Path) -> None:
     with pytest.raises(LockLostError, match="not held"):
         _gen(SimClock(T0)).generate(InProcessLock(str(tmp_path)))
+
+
+def test_a_clock_guard_that_refuses_reads_no_clock_and_issues_no_time(tmp_path: Path) -> None:
+    sim = SimClock(T0)
+    verdicts = [None, ClockOutOfBoundsError("clock skewed: clock offset +5.000 s")]
+
+    def guard() -> None:
+        refusal = verdicts.pop(0)
+        if refusal is not None:
+            raise refusal
+
+    gen = TrueTime(UTC, TimeSettings(max_expected_clock_skew_ms=200, clock_guard=guard),
+                   clock=sim.clock, sleep=sim.sleep)
+    with InProcessLock(str(tmp_path)) as lock:
+        assert gen.generate(lock) == "20260101000000000"
+        with pytest.raises(ClockOutOfBoundsError, match="offset"):
+            gen.generate(lock)
+    assert sim.sleeps == [0.2] and not verdicts  # the refused call neither read nor waited
 
 
 def test_new_time_is_after_the_timeline_floor(tmp_path: Path) -> None:
