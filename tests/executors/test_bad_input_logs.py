@@ -19,6 +19,7 @@ from pathlib import Path
 
 import yaml
 
+from hoodied.service.cli.main import TROUBLESHOOTING_URL
 from tests.executors.test_compaction_bad_input import PROJECT, _schedule, _state
 from tests.helpers.mor_tables import written_mor_table
 
@@ -55,7 +56,8 @@ def test_execute_on_a_corrupt_base_file_prints_one_error_line(tmp_path: Path) ->
     assert done.returncode == 4, done.stderr[-3000:]
     lines = done.stderr.splitlines()
     assert lines[-1] == (f"hoodied: error: {name}: cannot read the base file (Parquet magic bytes not found "
-                         "in footer. Either the file is corrupted or this is not a parquet file.)"), lines[-1]
+                         "in footer. Either the file is corrupted or this is not a parquet file.) "
+                         f"(see: {TROUBLESHOOTING_URL}#hoodieformaterror)"), lines[-1]
     noise = [line for line in lines[:-1] if not _CONSOLE_INFO.match(line)]
     assert noise == [], done.stderr[-3000:]  # was 44 warning and error lines: the task's traceback, the JVM's
     assert len(lines) <= 5, lines  # the session, the inflight file, the Spark job, the error

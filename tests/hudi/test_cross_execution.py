@@ -2,7 +2,7 @@
 Hudi executes. For compaction and clustering, on merge-on-read tables of each release the lane runs.
 
 Hudi's side is its Spark SQL procedures (``run_compaction``, ``run_clustering``: what its
-``HoodieCompactor`` and ``HoodieClusteringJob`` run, from the Spark bundle) with the writers' lock
+``HoodieCompactor`` and ``HoodieClusteringJob`` run, from the Spark bundle) with the writer's
 settings; hoodied's side is ``hoodied schedule`` and the daemon (``run --once``) with the same lock.
 After each execution Hudi's readers, its metadata table validation and hudi-rs give the oracle's
 rows, and the writer writes on.
@@ -18,16 +18,6 @@ from hoodied.hoodie.timeline.instant import Action, State
 from tests.helpers.daemon_procs import hoodied, service_instants
 from tests.helpers.hudi_peer import HudiPeer
 from tests.helpers.hudi_turns import Writer, check, daemon_pass
-
-#: what a Hudi procedure needs to run beside other writers: the writers' lock and concurrency settings
-#: (``options`` of Hudi's procedures: comma-separated ``key=value``)
-PROCEDURE_OPTIONS = ",".join([
-    "hoodie.write.concurrency.mode=optimistic_concurrency_control",
-    "hoodie.cleaner.policy.failed.writes=LAZY",
-    "hoodie.write.lock.provider=org.apache.hudi.client.transaction.lock.FileSystemBasedLockProvider",
-    "hoodie.clean.automatic=false",
-    "hoodie.archive.automatic=false",
-])
 
 
 def _schedule_with_hoodied(w: Writer, service: str, *options: str) -> str:
@@ -49,10 +39,12 @@ def _pending(w: Writer, *actions: Action) -> list[str]:
 
 
 def _call(w: Writer, procedure: str, options: str = "", **args: str) -> None:
-    """``call PROCEDURE(table => the table, ARGS, options => the writers' settings and OPTIONS)`` in
-    Hudi."""
+    """``call PROCEDURE(table => the table, ARGS, options => the writer's settings and OPTIONS)`` in
+    Hudi (comma-separated ``key=value``). The writer's settings all go along: its lock, and its
+    metadata-table indexes, which a Hudi 1.x client whose settings leave an index out deletes from the
+    metadata table."""
     named = "".join(f", {k} => {v}" for k, v in args.items())
-    settings = ",".join(filter(None, [PROCEDURE_OPTIONS, options]))
+    settings = ",".join([*(f"{k}={v}" for k, v in w.options.items()), *filter(None, [options])])
     w.peer.sql(f"call {procedure}(table => '{w.register()}'{named}, options => '{settings}')")
 
 
