@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import anyio
 import obstore
 import pyarrow as pa
 import pytest
@@ -32,6 +33,7 @@ from hoodied.hoodie.timeline.compact import scan_names
 from hoodied.planners.clean import CleanPolicy, CleanSettings, plan_clean
 from hoodied.service.cli.report import inspect_table
 from hoodied.service.config import load_config
+from hoodied.service.daemon.loop import Daemon
 from hoodied.service.daemon.poll import PollResult, poll_table
 from hoodied.service.daemon.registry import build_registry
 from tests.helpers.mor_tables import hudi_rs_rows
@@ -221,3 +223,21 @@ def test_the_polls_requests_on_a_timeline_of_four_pages(table: Wide, moto_server
     assert len(after) > 3 * PAGE
     assert cost == {"list": 4} == moto.kinds()
     assert steady.signature == first.signature and steady.names == first.names
+
+
+def test_the_daemons_cycles_on_it_cost_a_list_per_page(table: Wide) -> None:
+    settings = load_config(overrides={"tables": [table.uri], "http": "off", "defaults": {"paused": True}})
+    daemon = Daemon(settings, once=True)
+
+    async def main() -> None:
+        await daemon.poll_cycle()  # the first cycle: the config and the full listing
+        first.update(daemon.last_cycle_requests or {})
+        await daemon.poll_cycle()  # a steady one
+
+    first: dict[str, int] = {}
+    anyio.run(main)
+    # opening the table (one LIST: is anything there), hoodie.properties (a HEAD and a GET), the
+    # timeline folder (4 pages); a paused table is not tidied, so no listing of leftovers
+    assert first == {"list": 1 + 4, "head": 1, "get": 1}
+    assert daemon.last_cycle_requests == {"list": 4}
+    assert daemon.status()["last_poll"]["storage_requests"] == {"list": 4}
