@@ -56,7 +56,9 @@ Object stores (S3, GCS, Azure) have no folder mtime; what costs there is request
 the timeline folder from an offset (``Storage.list_after``: S3 ``start-after``), bounded
 before ``:``, the first character after the digits every instant file name starts with, so
 ``history/`` (v8+), ``hoodie.properties``, ``archived/`` and ``metadata/`` (v6) are never
-walked: an unchanged table costs ONE list request, no read. The offset is the earliest of
+walked: an unchanged table costs ONE list request, no read (one per 1,000 names after the
+offset: a pending instant early in a long timeline, such as a failed write not yet rolled back,
+makes it several). The offset is the earliest of
 
 - the requested time of the oldest pending instant: all the files of a pending instant start
   with its requested time (``T.action.requested``, ``T.action.inflight``, ``T.action`` in

@@ -1,6 +1,7 @@
 """Real object-store servers on free loopback ports, for the object-storage tests (import the fixtures).
 
-- S3: moto's server (``moto_server`` from PyPI ``moto[server]``; accepts any credentials).
+- S3: moto's server (``moto_server`` from PyPI ``moto[server]``; accepts any credentials); its
+  request log (``MotoRequestLog``) is an independent count of the requests a test sent.
 - Azure Blob: Azurite (npm ``azurite``, installed by ``tests/run.sh`` under ``.venv/azurite``),
   with its well-known development account.
 
@@ -11,6 +12,7 @@ variables for one test, the way a deployment would.
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import time
@@ -30,6 +32,7 @@ __all__ = [
     "AZURITE_KEY",
     "S3_SECRET",
     "AzuriteServer",
+    "MotoRequestLog",
     "MotoServer",
     "azure_env",
     "azurite_server",
@@ -103,6 +106,35 @@ class MotoServer:
             "aws_secret_access_key": S3_SECRET,
             "aws_region": "us-east-1",
         }
+
+
+class MotoRequestLog:
+    """moto's request log (one line per request it served) for one bucket, from a mark on."""
+
+    def __init__(self, server: MotoServer, bucket: str) -> None:
+        assert server.log is not None
+        self.path, self.bucket = server.log, bucket
+        self.mark = self._lines()
+
+    def _lines(self) -> int:
+        return len(self.path.read_text(errors="replace").splitlines())
+
+    def since_mark(self) -> list[str]:
+        """The bucket's request lines since the mark (which moves to the end)."""
+        time.sleep(0.3)  # the server logs after answering
+        lines = self.path.read_text(errors="replace").splitlines()[self.mark:]
+        self.mark += len(lines)
+        return [line for line in lines if f"/{self.bucket}" in line]
+
+    def kinds(self) -> dict[str, int]:
+        """The requests since the mark by kind: ``list`` (ListObjectsV2), ``get``, ``head``, ``put``..."""
+        out: dict[str, int] = {}
+        for line in self.since_mark():
+            m = re.search(r'"(GET|HEAD|PUT|DELETE|POST) (\S+)', line)
+            assert m is not None, line
+            kind = "list" if m.group(1) == "GET" and "list-type=2" in m.group(2) else m.group(1).lower()
+            out[kind] = out.get(kind, 0) + 1
+        return out
 
 
 @dataclass(frozen=True)

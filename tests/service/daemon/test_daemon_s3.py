@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import re
 import subprocess
 import sys
 import time
@@ -51,6 +50,7 @@ from tests.helpers.mor_tables import hudi_rs_rows, written_mor_table
 from tests.helpers.object_servers import (  # noqa: F401  (fixtures)
     S3_SECRET,
     AzuriteServer,
+    MotoRequestLog,
     MotoServer,
     azure_env,
     azurite_server,
@@ -111,34 +111,6 @@ def _summary(timeline: Timeline) -> list[tuple[str, str, str, str | None]]:
 
 def _full_load(storage: ObjectStorage) -> list[tuple[str, str, str, str | None]]:
     return _summary(Timeline.load(storage, load_table_config(storage)))
-
-
-class _MotoLog:
-    """moto's request log (one line per request it served): an independent count."""
-
-    def __init__(self, server: MotoServer, bucket: str) -> None:
-        assert server.log is not None
-        self.path, self.bucket = server.log, bucket
-        self.mark = self._lines()
-
-    def _lines(self) -> int:
-        return len(self.path.read_text(errors="replace").splitlines())
-
-    def since_mark(self) -> list[str]:
-        time.sleep(0.3)  # the server logs after answering
-        lines = self.path.read_text(errors="replace").splitlines()[self.mark:]
-        self.mark += len(lines)
-        return [line for line in lines if f"/{self.bucket}" in line]
-
-
-def _kinds(lines: list[str]) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for line in lines:
-        m = re.search(r'"(GET|HEAD|PUT|DELETE|POST) (\S+)', line)
-        assert m is not None, line
-        kind = "list" if m.group(1) == "GET" and "list-type=2" in m.group(2) else m.group(1).lower()
-        out[kind] = out.get(kind, 0) + 1
-    return out
 
 
 # ---------------------------------------------------------------------------- listing after a name
@@ -243,13 +215,13 @@ def test_a_steady_poll_costs_one_list_and_a_new_file_is_read_alone(
     storage = _open(uri)
     first, _ = _poll(storage, None)
     assert _summary(first.timeline) == _full_load(storage)
-    moto = _MotoLog(s3_env, uri.removeprefix("s3://").split("/")[0])
+    moto = MotoRequestLog(s3_env, uri.removeprefix("s3://").split("/")[0])
     result = first
     for _ in range(3):
         result, cost = _poll(storage, result)
         assert cost == {"list": 1}
         assert result.timeline is first.timeline
-    assert _kinds(moto.since_mark()) == {"list": 3}  # what went over the wire: three LISTs, nothing else
+    assert moto.kinds() == {"list": 3}  # what went over the wire: three LISTs, nothing else
 
     # a new pending clean: seen by the next poll, for one LIST (a clean's plan is not read by a poll)
     _put(uri, f"{folder}/{FUTURE}.clean.requested")
@@ -261,7 +233,7 @@ def test_a_steady_poll_costs_one_list_and_a_new_file_is_read_alone(
     assert _summary(result.timeline) == _full_load(storage)
     moto.since_mark()
     result, cost = _poll(storage, result)
-    assert cost == {"list": 1} and _kinds(moto.since_mark()) == {"list": 1}
+    assert cost == {"list": 1} and moto.kinds() == {"list": 1}
 
 
 def test_a_new_v6_replacecommit_is_read_once_and_state_changes_of_old_pending_instants_are_seen(
@@ -272,7 +244,7 @@ def test_a_new_v6_replacecommit_is_read_once_and_state_changes_of_old_pending_in
     result, _ = _poll(storage, None)
     older, newer = "20990101000000000", FUTURE
     _put(uri, f".hoodie/{older}.replacecommit.requested")
-    moto = _MotoLog(s3_env, uri.removeprefix("s3://").split("/")[0])
+    moto = MotoRequestLog(s3_env, uri.removeprefix("s3://").split("/")[0])
     result, cost = _poll(storage, result)
     # the new file alone is read (an empty plan: an insert-overwrite, not a service)
     assert cost == {"list": 1, "get": 1}
