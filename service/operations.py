@@ -12,6 +12,9 @@
   targets, is a failed attempt and is rolled back before it runs again. Clean resumes an inflight
   attempt itself. ``service.spark_jobs.run_spark_service`` calls it for both the CLI and the daemon,
   once the executor's input check passed (a bad plan is found before the rollback deletes anything).
+- ``drop_conflicting_clustering``: a clustering that lost a write conflict can never complete; it is
+  rolled back and removed from the timeline, as Hudi's writer removes a pending clustering it
+  conflicts with, so its file groups can be planned again (``service.spark_jobs`` calls it).
 - ``execute_pending``: ``hoodied execute``: run pending cleans (``executors.clean``) and hand
   the instants of other services to their runners (the Spark services:
   ``service.spark_jobs.SparkRunner``); report every other pending instant, left untouched.
@@ -28,6 +31,7 @@ from enum import StrEnum
 
 from hoodied.executors.clean import DEFAULT_PARALLELISM, CleanResult, execute_clean
 from hoodied.executors.rollback import RollbackResult, execute_rollback
+from hoodied.hoodie.actions.clustering import conflicting_writes
 from hoodied.hoodie.actions.services import TableService, is_table_service, service_of
 from hoodied.hoodie.errors import (
     HeartbeatAliveError,
@@ -46,10 +50,12 @@ from hoodied.hoodie.locks import TableLock
 from hoodied.hoodie.metadata.clean import require_clean_maintainable
 from hoodied.hoodie.metadata.index_rollback import IndexingAbort, rollback_failed_indexing
 from hoodied.hoodie.metadata.rollback import require_rollback_supported
-from hoodied.hoodie.properties import load_table_config
+from hoodied.hoodie.properties import TableConfig, load_table_config
+from hoodied.hoodie.rollback_files import rollback_plan
 from hoodied.hoodie.storage import Storage
 from hoodied.hoodie.timeline.active import Timeline
 from hoodied.hoodie.timeline.instant import WRITE_ACTIONS, Action, Instant, State
+from hoodied.hoodie.timeline.plans import ClusteringPlan
 from hoodied.hoodie.timeline.truetime import TimeSettings
 from hoodied.hoodie.timeline.writer import TimelineWriter
 from hoodied.planners.rollback import pending_rollback_for, schedule_rollback
@@ -60,6 +66,7 @@ __all__ = [
     "Runner",
     "execute_pending",
     "executed_status",
+    "drop_conflicting_clustering",
     "recover_failed_attempt",
     "rollback_failed_attempt",
 ]
@@ -129,6 +136,72 @@ def rollback_failed_attempt(
         return result
 
 
+def drop_conflicting_clustering(
+    storage: Storage,
+    instant_time: str,
+    lock: TableLock,
+    *,
+    heartbeat_interval_ms: int = DEFAULT_INTERVAL_MS,
+    tolerable_misses: int = DEFAULT_TOLERABLE_MISSES,
+    time_settings: TimeSettings | None = None,
+) -> RollbackResult | None:
+    """Roll back and remove the pending clustering ``instant_time`` that lost a write conflict.
+
+    A write completed since the plan was made touched its file groups (``conflicting_writes``):
+    it can never complete, so it is rolled back as Hudi's writer rolls back a pending clustering it
+    conflicts with (``hoodie.clustering.rollback.pending.replacecommit.on.conflict``: a rollback
+    instant, then the clustering's files deleted from the timeline), and the next planning pass may
+    plan its file groups again. A failed attempt's files go with its rollback (``rollback_failed_attempt``,
+    whose executor removes a conflicting clustering); a plan that was never started gets a rollback
+    with nothing to delete. ``None`` when, under the lock, it no longer conflicts or is gone.
+    """
+    config = load_table_config(storage)
+    timeline = Timeline.load(storage, config)
+    target = timeline.get(instant_time)
+    if target is None or not target.is_pending or not timeline.is_clustering(target):
+        return None
+    plan = timeline.plan(target)
+    if not isinstance(plan, ClusteringPlan) or not conflicting_writes(timeline, target, plan):
+        return None
+    if target.state is State.INFLIGHT or pending_rollback_for(timeline, instant_time) is not None:
+        rolled = rollback_failed_attempt(
+            storage, instant_time, lock, heartbeat_interval_ms=heartbeat_interval_ms,
+            tolerable_misses=tolerable_misses, time_settings=time_settings,
+        )
+        return rolled if isinstance(rolled, RollbackResult) else None
+    return _remove_requested_clustering(storage, instant_time, lock, time_settings)
+
+
+def _remove_requested_clustering(
+    storage: Storage, instant_time: str, lock: TableLock, time_settings: TimeSettings | None
+) -> RollbackResult | None:
+    """Takes the lock: ``_rollback_requested_clustering`` when ``instant_time`` is still a requested
+    clustering that conflicts; ``None`` when it is gone or was started meanwhile."""
+    config = load_table_config(storage)
+    with lock:
+        timeline = Timeline.load(storage, config)
+        target = timeline.get(instant_time)
+        if target is None or target.state is not State.REQUESTED or not timeline.is_clustering(target):
+            return None
+        plan = timeline.plan(target)
+        if not isinstance(plan, ClusteringPlan) or not conflicting_writes(timeline, target, plan):
+            return None
+        return _rollback_requested_clustering(storage, config, timeline, target, lock, time_settings)
+
+
+def _rollback_requested_clustering(
+    storage: Storage, config: TableConfig, timeline: Timeline, target: Instant, lock: TableLock,
+    time_settings: TimeSettings | None,
+) -> RollbackResult:
+    """A rollback with nothing to delete of the requested clustering ``target``, whose executor
+    removes it (``executors.rollback``); the caller holds the lock."""
+    require_rollback_supported(storage, config)
+    writer = TimelineWriter(storage, config, lock, time_settings=time_settings)
+    rollback = pending_rollback_for(timeline, target.requested_time) or writer.schedule(
+        Action.ROLLBACK, rollback_plan(storage, target, {}))
+    return execute_rollback(writer, rollback.requested_time)
+
+
 def recover_failed_attempt(
     storage: Storage,
     timeline: Timeline,
@@ -171,6 +244,8 @@ class ExecuteStatus(StrEnum):
     """Completed already (by another executor) when its executor looked under the lock: nothing done."""
     SKIPPED = "skipped"
     """Another executor is alive on it (fresh heartbeat)."""
+    DROPPED = "dropped"
+    """A clustering that lost a write conflict: rolled back and removed from the timeline."""
     NO_EXECUTOR = "no-executor"
     """Not a table service hoodied runs (a data write, its writer's rollback), or no runner for it."""
 

@@ -232,6 +232,7 @@ def execute(table: str, instant_time: str | None, parallelism: int, heartbeat_in
         if factory is not None:
             factory.close()
     executed = sum(1 for o in outcomes if o.status is ExecuteStatus.EXECUTED)
+    dropped = any(o.status is ExecuteStatus.DROPPED for o in outcomes)  # a rollback was written
     if as_json:
         echo_json({
             "table": storage.base_uri,
@@ -248,7 +249,7 @@ def execute(table: str, instant_time: str | None, parallelism: int, heartbeat_in
             click.echo("nothing pending")
         for outcome in outcomes:
             click.echo(outcome.message)
-    finish(executed == 0 and not rolled, detailed_exit_code)
+    finish(executed == 0 and not rolled and not dropped, detailed_exit_code)
 
 
 def _runs_a_clean(storage: Storage, instant_time: str | None) -> bool:
