@@ -15,6 +15,8 @@
 - ``drop_conflicting_clustering``: a clustering that lost a write conflict can never complete; it is
   rolled back and removed from the timeline, as Hudi's writer removes a pending clustering it
   conflicts with, so its file groups can be planned again (``service.spark_jobs`` calls it).
+- ``unschedule``: ``hoodied unschedule``: remove a requested clustering or compaction plan nobody
+  started, as Hudi leaves the table (a rollback of the clustering; the compaction's file deleted).
 - ``execute_pending``: ``hoodied execute``: run pending cleans (``executors.clean``) and hand
   the instants of other services to their runners (the Spark services:
   ``service.spark_jobs.SparkRunner``); report every other pending instant, left untouched.
@@ -40,6 +42,8 @@ from hoodied.hoodie.errors import (
     UnsupportedTableError,
 )
 from hoodied.hoodie.fence import AttemptFence
+from hoodied.hoodie.filenames import LogFileName
+from hoodied.hoodie.fsview import list_storage
 from hoodied.hoodie.heartbeat import (
     DEFAULT_INTERVAL_MS,
     DEFAULT_TOLERABLE_MISSES,
@@ -69,6 +73,7 @@ __all__ = [
     "drop_conflicting_clustering",
     "recover_failed_attempt",
     "rollback_failed_attempt",
+    "unschedule",
 ]
 
 log = logging.getLogger(__name__)
@@ -172,6 +177,43 @@ def drop_conflicting_clustering(
     return _remove_requested_clustering(storage, instant_time, lock, time_settings)
 
 
+def unschedule(
+    storage: Storage, service: TableService, instant_time: str, lock: TableLock,
+    *, time_settings: TimeSettings | None = None,
+) -> RollbackResult | None:
+    """``hoodied unschedule``: remove the requested plan ``instant_time`` of ``service`` (compaction or
+    clustering) that nobody started, under the table lock, leaving the table as Hudi would.
+
+    A clustering is rolled back and removed (a rollback instant with nothing to delete, then its
+    requested file), as Hudi rolls back a pending clustering (``drop_conflicting_clustering``). A
+    compaction's requested file is deleted, as Hudi's ``CompactionAdminClient.unscheduleCompactionPlan``
+    does (no rollback instant; returns ``None``); on table version 6 a log file already named after the
+    compaction (a slice it opened) is refused, as those would need renaming back. An inflight plan is
+    refused (``InstantStateError``: roll its attempt back first), as Hudi refuses it.
+    """
+    if service not in (TableService.CLUSTERING, TableService.COMPACTION):
+        raise UnsupportedTableError(f"unschedule: {service.value} plans cannot be unscheduled")
+    config = load_table_config(storage)
+    with lock:
+        timeline = Timeline.load(storage, config)
+        target = timeline.get(instant_time)
+        if target is None or service_of(timeline, target) is not service:
+            raise InstantStateError(
+                f"{storage.base_uri}: no {service.value} instant {instant_time} on the active timeline"
+            )
+        if target.is_completed:
+            raise InstantStateError(f"{instant_time}: {service.value} is completed, nothing to unschedule")
+        if target.state is not State.REQUESTED or pending_rollback_for(timeline, instant_time) is not None:
+            raise InstantStateError(
+                f"{instant_time}: {service.value} is inflight (an attempt started); roll it back first "
+                f"(`hoodied rollback TABLE --instant {instant_time}`), then unschedule it"
+            )
+        if service is TableService.COMPACTION:
+            _delete_requested_compaction(storage, config, timeline, target, lock)
+            return None
+        return _rollback_requested_clustering(storage, config, timeline, target, lock, time_settings)
+
+
 def _remove_requested_clustering(
     storage: Storage, instant_time: str, lock: TableLock, time_settings: TimeSettings | None
 ) -> RollbackResult | None:
@@ -200,6 +242,26 @@ def _rollback_requested_clustering(
     rollback = pending_rollback_for(timeline, target.requested_time) or writer.schedule(
         Action.ROLLBACK, rollback_plan(storage, target, {}))
     return execute_rollback(writer, rollback.requested_time)
+
+
+def _delete_requested_compaction(
+    storage: Storage, config: TableConfig, timeline: Timeline, target: Instant, lock: TableLock
+) -> None:
+    """Delete the requested compaction file (the caller holds the lock); its auxiliary copy stays."""
+    t = target.requested_time
+    if config.version < 8:
+        for partition, files in list_storage(storage, config).items():
+            for name, _size in files:
+                log_name = LogFileName.parse(name)
+                if log_name is not None and log_name.instant_time == t:
+                    raise UnsupportedTableError(
+                        f"{t}: log file {'/'.join(p for p in (partition, name) if p)} was written in the "
+                        "slice this compaction opened; unscheduling it would need that file renamed, "
+                        "which hoodied does not do"
+                    )
+    lock.ensure_held()
+    storage.delete(timeline.state_file(target, State.REQUESTED))
+    log.info("compaction %s: requested plan deleted (unscheduled)", t)
 
 
 def recover_failed_attempt(
