@@ -107,6 +107,9 @@ def rollback_failed_attempt(
         timeline = Timeline.load(storage, config)
         target = timeline.get(instant_time)
         if target is None:
+            finished = _finish_removing_rollback(storage, config, timeline, instant_time, lock, time_settings)
+            if finished is not None:
+                return finished
             raise InstantStateError(f"{storage.base_uri}: no instant {instant_time} on the active timeline")
         if target.is_completed:
             raise InstantStateError(f"{instant_time}: {target.action.value} is completed, nothing to undo")
@@ -197,13 +200,19 @@ def unschedule(
     with lock:
         timeline = Timeline.load(storage, config)
         target = timeline.get(instant_time)
+        if target is None and service is TableService.CLUSTERING:  # an unschedule that stopped midway
+            finished = _finish_removing_rollback(storage, config, timeline, instant_time, lock, time_settings)
+            if finished is not None:
+                return finished
         if target is None or service_of(timeline, target) is not service:
             raise InstantStateError(
                 f"{storage.base_uri}: no {service.value} instant {instant_time} on the active timeline"
             )
         if target.is_completed:
             raise InstantStateError(f"{instant_time}: {service.value} is completed, nothing to unschedule")
-        if target.state is not State.REQUESTED or pending_rollback_for(timeline, instant_time) is not None:
+        # a pending rollback of a requested clustering is an unschedule that stopped midway: finished
+        rolling = pending_rollback_for(timeline, instant_time) is not None
+        if target.state is not State.REQUESTED or (rolling and service is not TableService.CLUSTERING):
             raise InstantStateError(
                 f"{instant_time}: {service.value} is inflight (an attempt started); roll it back first "
                 f"(`hoodied rollback TABLE --instant {instant_time}`), then unschedule it"
@@ -212,6 +221,21 @@ def unschedule(
             _delete_requested_compaction(storage, config, timeline, target, lock)
             return None
         return _rollback_requested_clustering(storage, config, timeline, target, lock, time_settings)
+
+
+def _finish_removing_rollback(
+    storage: Storage, config: TableConfig, timeline: Timeline, instant_time: str, lock: TableLock,
+    time_settings: TimeSettings | None,
+) -> RollbackResult | None:
+    """Finish the pending rollback of ``instant_time`` when its target is gone already: a rollback
+    that removes a clustering stopped after it deleted the clustering's files (crash point
+    ``target-deleted``). ``None`` when no pending rollback targets it. The caller holds the lock."""
+    pending = pending_rollback_for(timeline, instant_time)
+    if pending is None:
+        return None
+    log.info("%s: gone, finishing its pending rollback %s", instant_time, pending.requested_time)
+    return execute_rollback(TimelineWriter(storage, config, lock, time_settings=time_settings),
+                            pending.requested_time)
 
 
 def _remove_requested_clustering(
@@ -330,11 +354,14 @@ def _no_executor(timeline: Timeline, inst: Instant) -> str:
     t, action = inst.requested_time, inst.action.value
     if inst.action is Action.ROLLBACK:
         try:
-            target = ((timeline.read_plan(inst) or {}).get("instantToRollback") or {}).get("commitTime")
+            rolled = (timeline.read_plan(inst) or {}).get("instantToRollback") or {}
         except HoodieFormatError:
-            target = None  # reported as it is; `hoodied rollback` gives the error
+            rolled = {}  # reported as it is; `hoodied rollback` gives the error
+        target = rolled.get("commitTime")
         undone = timeline.get(target) if target else None
-        if undone is not None and is_table_service(timeline, undone):
+        # a clustering already removed by its rollback, which stopped before completing
+        gone_clustering = target and undone is None and rolled.get("action") == Action.CLUSTERING.value
+        if gone_clustering or (undone is not None and is_table_service(timeline, undone)):
             return f"{t} rollback: pending; finish it with `hoodied rollback TABLE --instant {target}`"
         if target:
             return (f"{t} rollback: pending rollback of the data write {target}; the table's writer finishes "
@@ -384,7 +411,7 @@ def execute_pending(
     outcomes: list[ExecuteOutcome] = []
     for n, inst in enumerate(targets):
         # a job may have finished later instants (a rollback)
-        if n and outcomes[-1].status is ExecuteStatus.EXECUTED:
+        if n and outcomes[-1].status in (ExecuteStatus.EXECUTED, ExecuteStatus.DROPPED):
             timeline = Timeline.load(storage, config)
             current = timeline.get(inst.requested_time)
             if current is None or current.is_completed:

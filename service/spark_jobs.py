@@ -250,7 +250,8 @@ def run_spark_service(
         tolerable_misses=tolerable_misses, time_settings=time_settings,
     )
     if isinstance(rolled, RollbackResult) and rolled.target_deleted:  # a conflicting clustering's rollback
-        return ClusteringDropped(inst, conflict or "it lost a write conflict", rolled)
+        reason = conflict or "a rollback removing it (an unschedule that stopped midway) was pending"
+        return ClusteringDropped(inst, reason, rolled)
     try:
         result: ServiceResult = spark_service.executor()(
             storage, config, lock, instant_time, session, time_settings=time_settings,

@@ -30,6 +30,7 @@ from hoodied.hoodie.timeline.writer import TimelineWriter
 from hoodied.planners.clustering import ClusteringSettings, schedule_clustering
 from hoodied.service.cli.exits import EXIT_ERROR, EXIT_UNSUPPORTED
 from hoodied.service.cli.main import cli
+from tests.helpers.crash_driver import kill_group, start_paused
 from tests.helpers.fixtures import require_fixture, unzip_table
 from tests.helpers.mor_tables import hudi_rs_rows, mor_table_writer
 
@@ -148,3 +149,30 @@ def test_unschedule_of_a_version_6_compaction_whose_slice_has_a_log_file_is_refu
     assert "was written in the slice" in refused.output
     still = _timeline(root).get(t)
     assert still is not None and still.state is State.REQUESTED
+
+
+@pytest.mark.parametrize("point", ["inflight", "deletes-done", "target-deleted"])
+@pytest.mark.parametrize("again", ["unschedule", "rollback"])
+def test_kill_9_during_unschedule_then_the_command_again(tmp_path: Path, point: str, again: str) -> None:
+    """Killed at each step of the clustering's rollback: ``unschedule`` again (or ``rollback``) finishes
+    that rollback, even once the clustering's own files are gone, and writes no second one."""
+    root = unzip_table(require_fixture("cow/v8_nonpartitioned"), tmp_path / "t")
+    before = hudi_rs_rows(root)
+    t, _ = _schedule_clustering(root)
+    args = ["unschedule", "clustering", str(root), "--instant", t, *SKEW]
+    proc = start_paused("from hoodied.service.cli.main import main; main()", args, point, tmp_path / "ready",
+                        timeout=120)
+    kill_group(proc)
+    (rollback,) = _timeline(root).pending((Action.ROLLBACK,))
+    assert (_timeline(root).get(t) is None) == (point == "target-deleted")
+    if point == "target-deleted":
+        listed = CliRunner().invoke(cli, ["execute", str(root), *SKEW])  # runs nothing, says how to finish it
+        assert f"finish it with `hoodied rollback TABLE --instant {t}`" in listed.stdout, listed.output
+    command = args if again == "unschedule" else ["rollback", str(root), "--instant", t, *SKEW]
+    done = CliRunner().invoke(cli, command)
+    assert done.exit_code == 0, done.output
+    assert rollback.requested_time in done.stdout, done.stdout
+    timeline = _timeline(root)
+    assert timeline.get(t) is None and not _files_of(root, t)
+    assert [r.requested_time for r in timeline.completed((Action.ROLLBACK,))] == [rollback.requested_time]
+    assert _pending(root) == [] and hudi_rs_rows(root) == before
