@@ -31,6 +31,14 @@ MDT rollback and before R completes, T's inflight file then its requested file a
 (``deleteInflightAndRequestedInstant``; crash point ``target-deleted``); after R completes its
 markers (``quietDeleteMarkerDir``) and its heartbeat (``HeartbeatUtils.deleteHeartbeatFile``)
 go. A data-write target found completed before R started is refused with nothing written.
+
+A pending clustering target goes the same way, instead of being requested again, when it can never
+run: it was only requested when R started (``service.operations`` rolls back a requested plan only to
+remove it: ``unschedule``, or a plan that lost a write conflict), or a write completed since it was
+planned touched its file groups (``hoodie.actions.clustering.conflicting_writes``). Hudi's writer
+ends such a clustering so (``hoodie.clustering.rollback.pending.replacecommit.on.conflict``: its
+rollback with ``deleteInstants``), and the next planning pass may take its file groups again. Both
+facts are read from the table when R runs, so a rerun after a crash decides the same.
 """
 
 from __future__ import annotations
@@ -40,6 +48,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from hoodied.hoodie.actions.clustering import conflicting_writes
 from hoodied.hoodie.actions.services import TableService, service_of
 from hoodied.hoodie.crashpoints import crash_point
 from hoodied.hoodie.errors import HoodieFormatError, InstantStateError
@@ -50,6 +59,7 @@ from hoodied.hoodie.rollback_files import delete_planned_files, rollback_metadat
 from hoodied.hoodie.temp_files import remove_leftover_temps
 from hoodied.hoodie.timeline.active import Timeline
 from hoodied.hoodie.timeline.instant import Action, Instant, State
+from hoodied.hoodie.timeline.plans import ClusteringPlan
 from hoodied.hoodie.timeline.writer import TimelineWriter
 
 log = logging.getLogger(__name__)
@@ -109,6 +119,8 @@ def execute_rollback(writer: TimelineWriter, rollback_time: str) -> RollbackResu
     result = RollbackResult(inst, str(target["commitTime"]), str(target.get("action") or ""))
     reset = _action_to_reset(timeline, result)
     data_write = reset is None and result.target_action in {a.value for a in _DATA_WRITE_ACTIONS}
+    if not data_write and not inst.is_completed and _drops_clustering(timeline, result.target_time):
+        data_write, reset = True, None  # removed as a failed write is (the module docstring)
     if not inst.is_completed:
         if data_write:
             _require_pending(timeline, result)
@@ -142,6 +154,19 @@ def execute_rollback(writer: TimelineWriter, rollback_time: str) -> RollbackResu
     else:
         _reset_target(writer, result, reset)
     return result
+
+
+def _drops_clustering(timeline: Timeline, target_time: str) -> bool:
+    """Whether the rollback removes the pending clustering ``target_time`` instead of requesting it
+    again: it was never started (a rollback of a requested plan is its removal), or a write
+    completed since it was planned touched its file groups, so it can never complete."""
+    target = timeline.get(target_time)
+    if target is None or not target.is_pending or not timeline.is_clustering(target):
+        return False
+    if target.state is State.REQUESTED:
+        return True
+    plan = timeline.plan(target)
+    return isinstance(plan, ClusteringPlan) and bool(conflicting_writes(timeline, target, plan))
 
 
 def _require_pending(timeline: Timeline, result: RollbackResult) -> None:

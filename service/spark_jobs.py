@@ -20,7 +20,11 @@ runs no Spark job (``hoodied --help``, ``inspect``, a poll-only daemon) never im
 2. a failed attempt is rolled back (``service.operations.recover_failed_attempt``, the one
    owner of that decision: an inflight instant, or one a pending rollback targets, unless its
    heartbeat is alive; an ``indexing`` attempt is aborted instead);
-3. the instant is executed from its unchanged plan.
+3. the instant is executed from its unchanged plan;
+4. a clustering that meets a write conflict (``WriteConflictError``: a write completed since it was
+   planned touched its file groups) can never complete: it is rolled back and removed
+   (``service.operations.drop_conflicting_clustering``), as Hudi's writer does with a pending
+   clustering it conflicts with, and the result says so once (``ClusteringDropped``).
 
 A live attempt (fresh heartbeat) is left alone: ``InstantStateError``. The completed instant
 keeps Hudi's names: a compaction completes as ``commit``, a log compaction as ``deltacommit``,
@@ -57,6 +61,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
+from hoodied.executors.rollback import RollbackResult
+from hoodied.hoodie.actions.clustering import WriteConflictError, require_no_conflict
 from hoodied.hoodie.actions.services import TableService, service_of
 from hoodied.hoodie.errors import EngineUnavailableError, InstantStateError, UnsupportedTableError
 from hoodied.hoodie.heartbeat import DEFAULT_INTERVAL_MS, DEFAULT_TOLERABLE_MISSES
@@ -66,9 +72,16 @@ from hoodied.hoodie.secrets import mask_secrets
 from hoodied.hoodie.storage import Storage
 from hoodied.hoodie.timeline.active import Timeline
 from hoodied.hoodie.timeline.instant import Action, Instant
+from hoodied.hoodie.timeline.plans import ClusteringPlan
 from hoodied.hoodie.timeline.truetime import TimeSettings
 from hoodied.service.logs import child_stderr_logged
-from hoodied.service.operations import ExecuteOutcome, executed_status, recover_failed_attempt
+from hoodied.service.operations import (
+    ExecuteOutcome,
+    ExecuteStatus,
+    drop_conflicting_clustering,
+    executed_status,
+    recover_failed_attempt,
+)
 
 if TYPE_CHECKING:  # the executors import pyspark: types only
     from hoodied.executors.compaction import CompactionResult
@@ -80,6 +93,7 @@ __all__ = [
     "DEFAULT_SPARK_LOG_LEVEL",
     "DEFAULT_START_TIMEOUT_S",
     "ENGINE_MODULE",
+    "ClusteringDropped",
     "EngineState",
     "SPARK_LOG_LEVELS",
     "SPARK_SERVICES",
@@ -230,14 +244,60 @@ def run_spark_service(
     """
     config, timeline, inst, found = check_spark_instant(storage, instant_time, service)
     spark_service = SPARK_SERVICES[found]
-    recover_failed_attempt(
+    conflict = _conflict(timeline, inst) if found is TableService.CLUSTERING else None
+    rolled = recover_failed_attempt(
         storage, timeline, inst, found, lock, force=force, heartbeat_interval_ms=heartbeat_interval_ms,
         tolerable_misses=tolerable_misses, time_settings=time_settings,
     )
-    return spark_service.executor()(
-        storage, config, lock, instant_time, session, time_settings=time_settings,
-        heartbeat_interval_ms=heartbeat_interval_ms, tolerable_misses=tolerable_misses, progress=progress,
-    )
+    if isinstance(rolled, RollbackResult) and rolled.target_deleted:  # a conflicting clustering's rollback
+        reason = conflict or "a rollback removing it (an unschedule that stopped midway) was pending"
+        return ClusteringDropped(inst, reason, rolled)
+    try:
+        result: ServiceResult = spark_service.executor()(
+            storage, config, lock, instant_time, session, time_settings=time_settings,
+            heartbeat_interval_ms=heartbeat_interval_ms, tolerable_misses=tolerable_misses, progress=progress,
+        )
+    except WriteConflictError as exc:
+        # it can never complete: rolled back and removed, so the next planning pass plans its file
+        # groups again (step 4 of the module docstring)
+        dropped = drop_conflicting_clustering(
+            storage, instant_time, lock, heartbeat_interval_ms=heartbeat_interval_ms,
+            tolerable_misses=tolerable_misses, time_settings=time_settings,
+        )
+        if dropped is None:
+            raise
+        log.warning("clustering %s lost a write conflict and was removed: %s", instant_time, exc)
+        return ClusteringDropped(inst, str(exc), dropped)
+    return result
+
+
+def _conflict(timeline: Timeline, inst: Instant) -> str | None:
+    """The write conflict of the pending clustering ``inst``, in one line; ``None`` without one."""
+    plan = timeline.plan(inst) if inst.is_pending else None
+    if not isinstance(plan, ClusteringPlan):
+        return None
+    try:
+        require_no_conflict(timeline, inst, plan)
+    except WriteConflictError as exc:
+        return str(exc)
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class ClusteringDropped:
+    """What ``run_spark_service`` returns for a clustering that lost a write conflict: rolled back
+    and removed from the timeline (``service.operations.drop_conflicting_clustering``)."""
+
+    instant: Instant
+    conflict: str
+    rollback: RollbackResult
+    was_completed: bool = False
+
+    def summary(self) -> str:
+        t = self.instant.requested_time
+        return (f"clustering {t} dropped: {self.conflict.split('; ', 1)[0]}; rolled back with rollback "
+                f"{self.rollback.rollback.requested_time} and removed from the timeline, its file groups "
+                "can be planned again")
 
 
 def run_compaction(
@@ -613,6 +673,8 @@ class SparkRunner:
                 time_settings=self.time_settings, heartbeat_interval_ms=self.heartbeat_interval_ms,
                 tolerable_misses=self.tolerable_misses, force=self.force, progress=progress,
             )
+        if isinstance(result, ClusteringDropped):
+            return ExecuteOutcome(result.instant, ExecuteStatus.DROPPED, result.summary())
         return ExecuteOutcome(result.instant, executed_status(result.was_completed), result.summary())
 
     def close(self) -> None:

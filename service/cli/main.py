@@ -48,7 +48,7 @@ from hoodied.service.cli.exits import (
 )
 from hoodied.service.cli.options import INSTANT_TIME, echo_json, json_option, lock_options
 from hoodied.service.cli.schedule import schedule
-from hoodied.service.cli.services import execute, rollback
+from hoodied.service.cli.services import execute, rollback, unschedule
 from hoodied.service.cli.table import table
 from hoodied.service.cli.terminal import interactive
 from hoodied.service.config import ConfigError
@@ -276,7 +276,7 @@ def demo(path: str, as_json: bool) -> None:
     )
 
 
-for _command in (execute, rollback, schedule, archive, run, status, config, table):
+for _command in (execute, rollback, unschedule, schedule, archive, run, status, config, table):
     cli.add_command(_command)
 
 

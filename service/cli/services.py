@@ -1,4 +1,5 @@
-"""``hoodied rollback`` and ``hoodied execute``: the commands that run or undo table-service work.
+"""``hoodied rollback``, ``hoodied unschedule`` and ``hoodied execute``: the commands that run or undo
+table-service work.
 
 ``rollback TABLE --instant T``: roll back a failed attempt of a pending table service
 (compaction, log compaction, clustering; indexing is aborted instead, as Hudi's
@@ -10,6 +11,10 @@ replace commit that is not a clustering, or the target of a pending rollback of 
 ``hoodie.cleaner.policy.failed.writes=LAZY`` (its ``hoodie.properties`` or ``-o KEY=VALUE``, with
 ``hoodie.client.heartbeat.interval_in_ms`` and ``hoodie.client.heartbeat.tolerable.misses``); a
 live heartbeat is refused, ``--force`` or not.
+
+``unschedule clustering|compaction TABLE --instant T``: remove a requested plan nobody started
+(``service.operations.unschedule``): a clustering is rolled back and removed, a compaction's
+requested file deleted, as Hudi does; an inflight plan is refused.
 
 ``execute TABLE [--instant T]``: run pending instants, whoever requested them (a plan written by
 Apache Hudi included): all of them, oldest first, or the one given
@@ -40,6 +45,7 @@ import click
 
 from hoodied.executors.clean import DEFAULT_PARALLELISM
 from hoodied.executors.rollback import RollbackResult
+from hoodied.hoodie.actions.services import TableService
 from hoodied.hoodie.heartbeat import DEFAULT_INTERVAL_MS
 from hoodied.hoodie.locks import LockSettings
 from hoodied.hoodie.properties import load_table_config
@@ -66,6 +72,7 @@ from hoodied.service.failed_writes import (
 )
 from hoodied.service.locks import lock_from_option
 from hoodied.service.operations import ExecuteStatus, execute_pending, rollback_failed_attempt
+from hoodied.service.operations import unschedule as unschedule_plan
 from hoodied.service.spark_jobs import (
     DEFAULT_SPARK_LOG_LEVEL,
     DEFAULT_START_TIMEOUT_S,
@@ -74,7 +81,7 @@ from hoodied.service.spark_jobs import (
     SparkRunner,
 )
 
-__all__ = ["execute", "rollback"]
+__all__ = ["execute", "rollback", "unschedule"]
 
 
 @click.command()
@@ -147,6 +154,41 @@ def rollback(
         finish(True, detailed_exit_code)
         return
     _rolled_back(storage, instant_time, "table_service", result.summary(), as_json)
+
+
+@click.command()
+@click.argument("service", type=click.Choice(["clustering", "compaction"]))
+@click.argument("table")
+@click.option("--instant", "instant_time", required=True, type=INSTANT_TIME,
+              help="The requested plan to remove.")
+@json_option
+@lock_options
+def unschedule(service: str, table: str, instant_time: str, as_json: bool, lock_option: str,
+               lock_wait_ms: int, lock_retries: int, clock_skew_ms: int) -> None:
+    """Remove a requested clustering or compaction plan that nobody started.
+
+    Under the table lock, as Apache Hudi leaves the table: a clustering is rolled back (a
+    rollback instant with nothing to delete) and its plan removed from the timeline; a
+    compaction's requested file is deleted, as Hudi's `compaction unschedule` does. An inflight
+    plan is refused: roll its attempt back first (`hoodied rollback`). The file groups of the
+    plan can then be planned again."""
+    storage = storage_for(table)
+    settings = LockSettings(wait_ms=lock_wait_ms, retries=lock_retries)
+    lock, factory = lock_from_option(lock_option, storage, settings)
+    times = TimeSettings(max_expected_clock_skew_ms=clock_skew_ms)
+    try:
+        result = unschedule_plan(storage, TableService(service), instant_time, lock, time_settings=times)
+    finally:
+        if factory is not None:
+            factory.close()
+    rollback_time = result.rollback.requested_time if result is not None else None
+    how = f"rollback {rollback_time}" if rollback_time else "its requested file deleted"
+    text = f"{service} {instant_time}: unscheduled ({how}); its file groups can be planned again"
+    if as_json:
+        echo_json({"table": storage.base_uri, "instant": instant_time, "service": service,
+                   "rollback": rollback_time, "summary": text})
+    else:
+        click.echo(text)
 
 
 def _rolled_back(storage: Storage, instant_time: str, kind: str, summary: str | None, as_json: bool) -> None:
@@ -232,6 +274,7 @@ def execute(table: str, instant_time: str | None, parallelism: int, heartbeat_in
         if factory is not None:
             factory.close()
     executed = sum(1 for o in outcomes if o.status is ExecuteStatus.EXECUTED)
+    dropped = any(o.status is ExecuteStatus.DROPPED for o in outcomes)  # a rollback was written
     if as_json:
         echo_json({
             "table": storage.base_uri,
@@ -248,7 +291,7 @@ def execute(table: str, instant_time: str | None, parallelism: int, heartbeat_in
             click.echo("nothing pending")
         for outcome in outcomes:
             click.echo(outcome.message)
-    finish(executed == 0 and not rolled, detailed_exit_code)
+    finish(executed == 0 and not rolled and not dropped, detailed_exit_code)
 
 
 def _runs_a_clean(storage: Storage, instant_time: str | None) -> bool:

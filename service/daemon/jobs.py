@@ -90,6 +90,7 @@ from hoodied.service.daemon.leases import make_lease, make_table_slot
 from hoodied.service.daemon.registry import (
     AlreadyCompleted,
     ArchivalReport,
+    Dropped,
     ExecutorSpec,
     JobContext,
     PlanContext,
@@ -154,6 +155,9 @@ class Outcome(StrEnum):
     """A file of the table is corrupt: the table is quarantined."""
     FAILED = "failed"
     """Any other error: retried with backoff until the attempts run out."""
+    DROPPED = "dropped"
+    """A clustering that lost a write conflict was rolled back and removed: its file groups can be
+    planned again; neither a success nor a failure."""
     HANDED_BACK = "handed_back"
     """Stopped by the daemon's shutdown."""
 
@@ -399,6 +403,8 @@ def _execute_leased(
         executed = spec.run(ctx)
         if isinstance(executed, AlreadyCompleted):  # completed by another executor after the check above
             outcome = JobOutcome(Outcome.ALREADY_DONE, executed.summary)
+        elif isinstance(executed, Dropped):
+            outcome = JobOutcome(Outcome.DROPPED, executed.summary)
         else:
             outcome = JobOutcome(Outcome.SUCCESS, executed)
     except Exception as exc:

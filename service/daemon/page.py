@@ -43,7 +43,7 @@ DEFAULT_REFRESH_S = 10
 Cell = str | tuple[str, str]
 """A table cell's HTML, already escaped, or ``(css class, html)``."""
 
-_GOOD_OUTCOMES = frozenset({"success", "planned", "nothing_due", "already_done"})
+_GOOD_OUTCOMES = frozenset({"success", "planned", "nothing_due", "already_done", "dropped"})
 _BAD_OUTCOMES = frozenset({"failed", "corrupt"})
 _QUIET_OUTCOMES = frozenset({"claimed", "skipped", "handed_back"})
 _STATUS_TONES = {"ready": "ok", "running": "ok", "quarantined": "bad", "backoff": "warn"}

@@ -87,6 +87,7 @@ from hoodied.service.failed_writes import rollback_failed_writes
 from hoodied.service.spark_jobs import (
     ENGINE_MODULE,
     SPARK_SERVICES,
+    ClusteringDropped,
     ServiceResult,
     SparkEngine,
     check_spark_instant,
@@ -98,6 +99,7 @@ log = logging.getLogger(__name__)
 __all__ = [
     "FAILED_WRITES_ROLLED_BACK",
     "AlreadyCompleted",
+    "Dropped",
     "ArchivalReport",
     "Executed",
     "ExecutorSpec",
@@ -201,11 +203,21 @@ class AlreadyCompleted:
     summary: str
 
 
-#: What an executor returns: its summary line, or ``AlreadyCompleted``.
-Executed = str | AlreadyCompleted
+@dataclass(frozen=True, slots=True)
+class Dropped:
+    """An executor's answer when its clustering lost a write conflict and was rolled back and
+    removed (``service.spark_jobs.ClusteringDropped``): the job ends ``dropped``, once."""
+
+    summary: str
+
+
+#: What an executor returns: its summary line, ``AlreadyCompleted`` or ``Dropped``.
+Executed = str | AlreadyCompleted | Dropped
 
 
 def _executed(result: CleanResult | ServiceResult) -> Executed:
+    if isinstance(result, ClusteringDropped):
+        return Dropped(result.summary())
     return AlreadyCompleted(result.summary()) if result.was_completed else result.summary()
 
 

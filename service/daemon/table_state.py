@@ -190,7 +190,8 @@ def record_outcome(
     key = job.key
     what = f"{job.action} {job.instant.requested_time}" if job.instant else f"{job.service} plan"
     verdict = Verdict()
-    if outcome.outcome in (Outcome.SUCCESS, Outcome.PLANNED, Outcome.NOTHING_DUE, Outcome.ALREADY_DONE):
+    if outcome.outcome in (Outcome.SUCCESS, Outcome.PLANNED, Outcome.NOTHING_DUE, Outcome.ALREADY_DONE,
+                           Outcome.DROPPED):
         ts.failures.pop(key, None)
         if outcome.outcome is Outcome.SUCCESS:
             ts.last_success[job.action] = time.time()

@@ -29,9 +29,11 @@ import fastavro
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from click.testing import CliRunner
 
 from hoodied.executors.clustering import ClusteringResult, _order, execute_clustering
 from hoodied.executors.engine import Session, spark_session
+from hoodied.executors.rollback import RollbackResult
 from hoodied.hoodie.actions.clustering import (
     WriteConflictError,
     conflicting_writes,
@@ -61,9 +63,10 @@ from hoodied.hoodie.timeline.instant import Action, Instant, State
 from hoodied.hoodie.timeline.plans import ClusteringPlan, SliceInfo
 from hoodied.hoodie.timeline.truetime import TimeSettings
 from hoodied.planners.clustering import ClusteringSettings, schedule_clustering
+from hoodied.service.cli.main import cli
 from hoodied.service.cli.report import committed_listing_drift
 from hoodied.service.operations import rollback_failed_attempt
-from hoodied.service.spark_jobs import run_spark_service
+from hoodied.service.spark_jobs import ClusteringDropped, run_spark_service
 from tests.executors.test_compaction_mdt import _declare, _snapshot
 from tests.executors.test_indexing import live_records
 from tests.helpers.crash_driver import kill_group, start_paused
@@ -507,6 +510,19 @@ def test_a_copied_version_6_timeline(tmp_path: Path, spark: Session, update: boo
 _COW, _MOR = TableType.COPY_ON_WRITE, TableType.MERGE_ON_READ
 
 
+def _planned_then_updated(root: Path, version: int, table_type: TableType) -> tuple[str, ClusteringPlan, Any]:
+    """A written table, a clustering planned over it, then an update of a row of the plan's first
+    file group (a write requested after the plan): (the clustering, its plan, the update)."""
+    spec = TableSpec("trips", SCHEMA, "id", "city", "ts", table_type, version)
+    writer = create_table(_storage(root), spec, max_file_rows=40)
+    writer.insert(pa.Table.from_pylist([{"id": f"k{i:03d}", "ts": 1, "city": CITIES[i % 3], "v": 1.0}
+                                        for i in range(200)], schema=SCHEMA))
+    t, plan = _schedule(root, ClusteringSettings())
+    partition, file_id = sorted(plan.file_groups)[0]
+    write = writer.upsert(pa.Table.from_pylist([_live_row(root, partition, file_id)], schema=SCHEMA))
+    return t, plan, write
+
+
 @pytest.mark.parametrize(("version", "table_type"), [(6, _COW), (6, _MOR), (8, _COW), (9, _MOR)],
                          ids=["v6-cow", "v6-mor", "v8-cow", "v9-mor"])
 def test_a_write_started_after_planning_conflicts_whatever_its_file_time(
@@ -517,13 +533,8 @@ def test_a_write_started_after_planning_conflicts_whatever_its_file_time(
     which a writer whose clock is behind (or a storage that keeps whole seconds) sets to the
     planning time or before. The timeline's order still says the write came after the plan."""
     root = tmp_path / "table"
-    spec = TableSpec("trips", SCHEMA, "id", "city", "ts", table_type, version)
-    writer = create_table(_storage(root), spec, max_file_rows=40)
-    writer.insert(pa.Table.from_pylist([{"id": f"k{i:03d}", "ts": 1, "city": CITIES[i % 3], "v": 1.0}
-                                        for i in range(200)], schema=SCHEMA))
-    t, plan = _schedule(root, ClusteringSettings())
+    t, plan, write = _planned_then_updated(root, version, table_type)
     partition, file_id = sorted(plan.file_groups)[0]
-    write = writer.upsert(pa.Table.from_pylist([_live_row(root, partition, file_id)], schema=SCHEMA))
     assert write.instant_time > t
     planned_at = instant_time_to_datetime(t, load_table_config(_storage(root)).tzinfo).timestamp()
     for f in _timeline_dir(root).glob(f"{write.instant_time}*"):
@@ -565,8 +576,17 @@ def test_hudis_version_6_tables_refuse_a_clustering_over_a_later_commit(
     planned_at = instant_time_to_datetime(t, tz).timestamp()
     os.utime(root / ".hoodie" / f"{w}.commit", (planned_at, planned_at))
     with pytest.raises(WriteConflictError, match=f"commit {w} completed, after the clustering was planned"):
-        run_spark_service(_storage(root), InProcessLock(str(root)), t, spark, time_settings=FAST)
+        _run(root, t, spark)
     assert _instant(root, t).state is State.REQUESTED and not _outputs(root, t)
+    before = hudi_rs_rows(root)
+    # the runner rolls the plan that can never complete back and removes it (Hudi's writer does so
+    # with a pending clustering it conflicts with): the file group can be planned again
+    dropped = run_spark_service(_storage(root), InProcessLock(str(root)), t, spark, time_settings=FAST)
+    assert isinstance(dropped, ClusteringDropped) and f"commit {w} completed" in dropped.summary()
+    _assert_removed(root, t, dropped)
+    assert hudi_rs_rows(root) == before
+    t2, plan2 = _schedule(root, ClusteringSettings())
+    assert (s.partition_path, s.file_id) in plan2.file_groups
 
 
 def test_a_conflicting_write_during_the_job_leaves_a_recoverable_attempt(
@@ -591,10 +611,84 @@ def test_a_conflicting_write_during_the_job_leaves_a_recoverable_attempt(
     assert ("99.0" in str(after)) and hudi_rs_rows(root) == after
     storage = _storage(root)
     rolled = rollback_failed_attempt(storage, t, InProcessLock(storage.base_uri), time_settings=FAST)
-    assert rolled is not None and not _outputs(root, t)
+    assert isinstance(rolled, RollbackResult) and not _outputs(root, t)
     assert hudi_rs_rows(root) == after
-    with pytest.raises(WriteConflictError):  # the plan's file group changed: it cannot complete any more
-        _run(root, t, spark)
+    # the plan's file group changed, it cannot complete any more: its rollback removed it
+    assert rolled.target_deleted and _timeline(root).get(t) is None
+    assert not list(_timeline_dir(root).glob(f"{t}.*"))
+
+
+def _assert_removed(root: Path, t: str, dropped: ClusteringDropped) -> None:
+    """The clustering ``t`` is gone from the timeline, its files and markers too, a completed
+    rollback naming it stays; ``hoodied timeline`` shows no pending instant."""
+    timeline = _timeline(root)
+    assert timeline.get(t) is None and not list(_timeline_dir(root).glob(f"{t}.*"))
+    assert not _outputs(root, t)
+    assert not [p for p in (root / ".hoodie" / ".temp" / t).rglob("*") if p.is_file()]  # markers
+    assert not (root / ".hoodie" / ".heartbeat" / t).exists()
+    r = dropped.rollback.rollback
+    rollback = timeline.get(r.requested_time)
+    assert rollback is not None and rollback.is_completed and rollback.action is Action.ROLLBACK
+    assert timeline.read_commit_metadata(rollback)["commitsRollback"] == [t]
+    shown = CliRunner().invoke(cli, ["timeline", str(root), "--json"])
+    assert shown.exit_code == 0, shown.output
+    rows = json.loads(shown.output)
+    assert t not in {row["requested_time"] for row in rows}
+    assert [row for row in rows if row["state"] != "completed"] == []
+
+
+@pytest.mark.parametrize(("version", "table_type"), [(6, _COW), (6, _MOR), (8, _COW), (9, _MOR)],
+                         ids=["v6-cow", "v6-mor", "v8-cow", "v9-mor"])
+def test_a_clustering_that_lost_a_conflict_is_rolled_back_and_removed(
+    tmp_path: Path, spark: Session, version: int, table_type: TableType
+) -> None:
+    """Each run of a clustering whose file group a later write changed failed and left it requested,
+    and every planner skipped its file groups: a dead end. Hudi's writer rolls back such a pending
+    clustering and deletes its instant; the runner does the same, once, and the group is planned again."""
+    root = tmp_path / "table"
+    t, plan, _ = _planned_then_updated(root, version, table_type)
+    partition, file_id = sorted(plan.file_groups)[0]
+    after = hudi_rs_rows(root)
+    storage = _storage(root)
+    dropped = run_spark_service(storage, InProcessLock(storage.base_uri), t, spark, time_settings=FAST)
+    assert isinstance(dropped, ClusteringDropped), dropped
+    assert f"changed file group {file_id}" in dropped.summary()
+    assert "removed from the timeline" in dropped.summary()
+    _assert_removed(root, t, dropped)
+    assert hudi_rs_rows(root) == after
+    # the next planning pass takes the file group again, and that clustering completes
+    t2, plan2 = _schedule(root, ClusteringSettings())
+    assert t2 > t and (partition, file_id) in plan2.file_groups
+    done = run_spark_service(storage, InProcessLock(storage.base_uri), t2, spark, time_settings=FAST)
+    assert done.instant.is_completed and hudi_rs_rows(root) == after
+
+
+def test_an_inflight_attempt_that_lost_a_conflict_is_dropped_by_the_next_run(
+    tmp_path: Path, spark: Session
+) -> None:
+    """A failed attempt whose file group a write changed meanwhile: the rollback before the retry
+    removes it (the retry could only fail again)."""
+    root = tmp_path / "table"
+    writer = mor_table_writer(root, 8)
+    t, plan = _schedule(root, ClusteringSettings())
+    partition, file_id = sorted(plan.file_groups)[-1]
+    row = _live_row(root, partition, file_id)
+    written = len(writer.instants)
+
+    def concurrent_write(done: int, total: int) -> None:
+        if done == total and len(writer.instants) == written:
+            writer.upsert(pa.Table.from_pylist([row], schema=SCHEMA))
+
+    with pytest.raises(WriteConflictError):
+        _run(root, t, spark, progress=concurrent_write)
+    assert _instant(root, t).state is State.INFLIGHT and _outputs(root, t)
+    after = hudi_rs_rows(root)
+    storage = _storage(root)
+    dropped = run_spark_service(storage, InProcessLock(storage.base_uri), t, spark, time_settings=FAST)
+    assert isinstance(dropped, ClusteringDropped) and dropped.rollback.deleted
+    assert "after the clustering was planned, and changed file group" in dropped.summary()
+    _assert_removed(root, t, dropped)
+    assert hudi_rs_rows(root) == after
 
 
 def test_a_plan_naming_a_missing_file_fails_and_changes_nothing(tmp_path: Path, spark: Session) -> None:

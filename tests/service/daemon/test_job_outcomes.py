@@ -13,6 +13,7 @@ import json
 import time
 from pathlib import Path
 
+import pyarrow as pa
 from click.testing import CliRunner
 
 from hoodied.executors.clean import execute_clean
@@ -20,9 +21,12 @@ from hoodied.hoodie.actions.services import TableService
 from hoodied.hoodie.locks import InProcessLock
 from hoodied.hoodie.properties import load_table_config
 from hoodied.hoodie.storage import LocalStorage
+from hoodied.hoodie.timeline.active import Timeline
 from hoodied.hoodie.timeline.instant import Action, Instant
+from hoodied.hoodie.timeline.plans import ClusteringPlan
 from hoodied.hoodie.timeline.truetime import TimeSettings
 from hoodied.planners.clean import CleanSettings, schedule_clean
+from hoodied.planners.clustering import ClusteringSettings, schedule_clustering
 from hoodied.service.cli.exits import EXIT_NOTHING_DUE
 from hoodied.service.cli.main import cli
 from hoodied.service.config import Policy, load_config
@@ -30,6 +34,8 @@ from hoodied.service.daemon.jobs import Job, JobKind, Outcome, execute
 from hoodied.service.daemon.registry import Executed, ExecutorSpec, JobContext, build_registry
 from hoodied.service.daemon.table_state import TableState, record_outcome
 from hoodied.service.spark_jobs import SparkEngine
+from tests.executors.test_clustering import _live_row
+from tests.helpers.mor_tables import SCHEMA, mor_table_writer
 
 FAST = TimeSettings(max_expected_clock_skew_ms=5)
 TABLE = "cow/v9_txns_simple_nometa"
@@ -89,3 +95,55 @@ def test_execute_of_a_completed_instant_says_already_completed(hudi_table) -> No
                                    "--detailed-exit-code"])
     assert detailed.exit_code == EXIT_NOTHING_DUE, detailed.output
     assert detailed.stdout.strip() == f"{t} clean: already completed, nothing to do"
+
+
+
+def _lost_conflict(root: Path, version: int) -> tuple[LocalStorage, Instant, str]:
+    """A written merge-on-read table with a clustering planned, then a row of its first file group
+    updated by a later write: (the storage, the clustering, that file group)."""
+    writer = mor_table_writer(root, version)
+    storage = LocalStorage(str(root))
+    inst, result = schedule_clustering(storage, InProcessLock(str(root)), ClusteringSettings(),
+                                       time_settings=FAST)
+    assert inst is not None, result.summary()
+    plan = Timeline.load(storage, load_table_config(storage)).plan(inst)
+    assert isinstance(plan, ClusteringPlan)
+    partition, file_id = sorted(plan.file_groups)[0]
+    writer.upsert(pa.Table.from_pylist([_live_row(root, partition, file_id)], schema=SCHEMA))
+    return storage, inst, file_id
+
+
+def test_a_clustering_that_lost_a_write_conflict_ends_dropped_once(tmp_path: Path) -> None:
+    """The daemon's clustering job meets a write conflict: the plan is rolled back and removed, the
+    job ends ``dropped`` (no failure, no quarantine, no success), and nothing is left to run."""
+    root = tmp_path / "table"
+    storage, inst, _ = _lost_conflict(root, 9)
+    spec = build_registry().executor_for(Action.CLUSTERING)
+    assert spec is not None
+    settings = load_config(overrides={"clock_skew_ms": 5, "http": "off"})
+    job = Job(str(root), storage, load_table_config(storage), TableService.CLUSTERING, "clustering", Policy(),
+              instant=inst)
+    engine = SparkEngine()
+    try:
+        outcome = execute(job, spec, settings, None, lambda waited: None, engine)
+    finally:
+        engine.close()
+    assert outcome.outcome is Outcome.DROPPED, outcome
+    assert f"clustering {inst.requested_time} dropped" in outcome.message
+    assert Timeline.load(storage, load_table_config(storage)).get(inst.requested_time) is None
+    state = TableState(str(root), Policy(), "config")
+    verdict = record_outcome(state, job, JobKind.EXECUTE, outcome, settings, time.monotonic())
+    assert not state.last_success and not state.failures and verdict.quarantine is None
+
+
+def test_execute_of_a_clustering_that_lost_a_write_conflict_says_dropped(tmp_path: Path) -> None:
+    root = tmp_path / "table"
+    _, inst, _ = _lost_conflict(root, 8)
+    t = inst.requested_time
+    skew = ["--clock-skew-ms", "5"]
+    done = CliRunner().invoke(cli, ["execute", str(root), *skew, "--json", "--detailed-exit-code"])
+    assert done.exit_code == 0, done.output  # a rollback was written: not "nothing due"
+    (row,) = [r for r in json.loads(done.stdout)["instants"] if r["instant"] == t]
+    assert row["status"] == "dropped" and "changed file group" in row["message"], row
+    again = CliRunner().invoke(cli, ["execute", str(root), *skew])
+    assert again.exit_code == 0 and again.output.strip() == "nothing pending", again.output
