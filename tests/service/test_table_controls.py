@@ -13,7 +13,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from hoodied.service.cli.main import EXIT_NOT_FOUND, EXIT_STORAGE, cli
+from hoodied.service.cli.main import EXIT_NOT_FOUND, EXIT_STORAGE, TROUBLESHOOTING_URL, cli
 from hoodied.service.config import ConfigError, load_config
 from hoodied.service.table_controls import (
     ControlStore,
@@ -204,8 +204,9 @@ def test_table_commands_fail_in_one_line_with_their_exit_codes(
 ) -> None:
     config = _config(tmp_path)
     code, out = _table(config, "pause", str(tmp_path / "other"))
-    assert code == EXIT_NOT_FOUND and out.strip().endswith("not a table of the settings (tables, or under a "
-                                                            "discover root)"), out
+    assert code == EXIT_NOT_FOUND and out.strip().endswith(
+        "not a table of the settings (tables, or under a discover root) "
+        f"(see: {TROUBLESHOOTING_URL}#unknowntableerror)"), out
     down = _config(tmp_path, lock=redis_server.url)
     redis_server.stop()
     code, out = _table(down, "pause", str(tmp_path / "t1"))
