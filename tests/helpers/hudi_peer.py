@@ -216,7 +216,7 @@ def writer_options(
     return options
 
 
-def _order(row: list[Any]) -> list[str]:
+def row_order(row: list[Any]) -> list[str]:
     """The order rows are compared in (the peer sorts its answers the same way)."""
     return [str(v) for v in row]
 
@@ -239,7 +239,7 @@ class Oracle:
             self.rows.pop(r["id"], None)
 
     def snapshot(self) -> list[list[Any]]:
-        return sorted(([r[c] for c in COLUMNS] for r in self.rows.values()), key=_order)
+        return sorted(([r[c] for c in COLUMNS] for r in self.rows.values()), key=row_order)
 
     def copy(self) -> Oracle:
         return Oracle({k: dict(v) for k, v in self.rows.items()})

@@ -23,7 +23,15 @@ import yaml
 
 from hoodied.hoodie.timeline.instant import Action, Instant, State
 from tests.helpers.daemon_procs import hoodied, service_instants
-from tests.helpers.hudi_peer import COLUMNS, FS_LOCK, HudiPeer, Oracle, metadata_partitions, writer_options
+from tests.helpers.hudi_peer import (
+    COLUMNS,
+    FS_LOCK,
+    HudiPeer,
+    Oracle,
+    metadata_partitions,
+    row_order,
+    writer_options,
+)
 
 _names = itertools.count()
 #: every table planner off: a pass turns on the one it runs
@@ -112,7 +120,7 @@ class Writer:
 def hudi_rs_snapshot(table: Path) -> list[list[Any]]:
     batches = hudi.HudiTableBuilder.from_base_uri(str(table)).build().read(hudi.HudiReadOptions())
     rows = pa.Table.from_batches(batches).select(COLUMNS).to_pylist() if batches else []
-    return sorted(([r[c] for c in COLUMNS] for r in rows), key=lambda r: [str(v) for v in r])
+    return sorted(([r[c] for c in COLUMNS] for r in rows), key=row_order)
 
 
 def _changed_since(w: Writer, n: int) -> list[list[Any]]:
@@ -120,7 +128,7 @@ def _changed_since(w: Writer, n: int) -> list[list[Any]]:
     returns: the latest value of each changed row that still exists)."""
     before = w.after[n][0].rows if n in w.after else {}
     return sorted(([r[c] for c in COLUMNS] for k, r in w.oracle.rows.items() if before.get(k) != r),
-                  key=lambda r: [str(v) for v in r])
+                  key=row_order)
 
 
 def _instant_option(w: Writer, instant: Instant) -> str:
